@@ -1,0 +1,142 @@
+"""Accounts, admin tokens, agents and their keys: who is calling, and with what settings.
+
+Only a SHA-256 of each token is stored. An admin token is looked up by its hash; an agent key
+carries its agent's id (`wsk_<agent>_<secret>`), so authenticating an MCP request is the same
+single Query that reads the agent's working set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chalicelib.errors import InvalidInput, NotFound, Unauthorized
+from chalicelib.store import accounts as account_store
+from chalicelib.store import agents as agent_store
+from chalicelib.store.base import ConditionFailed
+from chalicelib.store.records import Account, Agent, AgentState, Page
+from chalicelib.validation import parse
+
+CAP_RANGE = (1, 500)
+IDLE_WINDOW_RANGE = (1, 3650)
+DEFAULT_CAP = 20
+DEFAULT_IDLE_WINDOW_DAYS = 21
+ADMIN_TOKEN_PREFIX = "wsa_"
+MIN_TOKEN_LENGTH = 16
+AGENT_KEY_PREFIX = "wsk_"
+
+
+class AgentSettings(BaseModel):
+    """The settings a person may change; every field optional so PATCH can send any subset."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(default=None, min_length=1, max_length=100)
+    cap: int | None = Field(default=None, ge=CAP_RANGE[0], le=CAP_RANGE[1], strict=True)
+    idle_window_days: int | None = Field(
+        default=None, ge=IDLE_WINDOW_RANGE[0], le=IDLE_WINDOW_RANGE[1], strict=True
+    )
+
+
+class NewAgent(AgentSettings):
+    """Creating an agent: a name is required."""
+
+    name: str = Field(min_length=1, max_length=100)
+
+
+def hash_token(token: str) -> str:
+    """The stored form of a token (tokens are long and random, so a plain SHA-256 suffices)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_account(name: str, now: datetime, *, token: str | None = None) -> tuple[Account, str]:
+    """A new account and its first admin token (generated unless given; shown only here)."""
+    account_id = f"ac{secrets.token_hex(8)}"
+    token = token or f"{ADMIN_TOKEN_PREFIX}{secrets.token_urlsafe(32)}"
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise InvalidInput(f"an admin token needs at least {MIN_TOKEN_LENGTH} characters", field="token")
+    return account_store.create_account(account_id, name, hash_token(token), now), token
+
+
+def account_of_admin_token(token: str) -> str | None:
+    """The account an existing admin token belongs to (the local stack reuses its account)."""
+    return account_store.account_of_token(hash_token(token))
+
+
+def authenticate_admin(token: str | None) -> str:
+    """The id of the account an admin token belongs to; anything else is Unauthorized."""
+    account_id = account_store.account_of_token(hash_token(token)) if token else None
+    if account_id is None:
+        raise Unauthorized("a valid admin bearer token is required")
+    return account_id
+
+
+def authenticate_agent(key: str | None) -> AgentState:
+    """The calling agent's whole state (one Query); a missing or wrong key is Unauthorized."""
+    agent_id = _owner(key, AGENT_KEY_PREFIX)
+    state = agent_store.load_state(agent_id) if agent_id else None
+    if state is None or not _matches(key, state.key_hashes):
+        raise Unauthorized("a valid agent key is required")
+    return state
+
+
+def create_agent(account_id: str, payload: Any, now: datetime) -> tuple[Agent, str]:
+    """A new agent with the given settings (defaults filled) and its API key (shown only here)."""
+    request = parse(NewAgent, payload)
+    agent_id = f"ag{secrets.token_hex(8)}"
+    agent = Agent(
+        agent_id=agent_id,
+        account_id=account_id,
+        name=request.name,
+        cap=request.cap or DEFAULT_CAP,
+        idle_window_days=request.idle_window_days or DEFAULT_IDLE_WINDOW_DAYS,
+        created_at=now,
+    )
+    key = _new_token(AGENT_KEY_PREFIX, agent_id)
+    agent_store.create_agent(agent, hash_token(key))
+    return agent, key
+
+
+def get_state(account_id: str, agent_id: str) -> AgentState:
+    """An agent of this account; another account's agent is not found."""
+    state = agent_store.load_state(agent_id)
+    if state is None or state.agent.account_id != account_id:
+        raise NotFound(f"no agent {agent_id}")
+    return state
+
+
+def list_agents(account_id: str, *, limit: int, cursor: str | None) -> Page:
+    """The account's agents, oldest first."""
+    return agent_store.list_agents(account_id, limit=limit, cursor=cursor)
+
+
+def update_agent(account_id: str, agent_id: str, payload: Any) -> Agent:
+    """Change name, cap or idle window; the sweep applies new limits on its next run."""
+    changes = parse(AgentSettings, payload).model_dump(exclude_none=True)
+    current = get_state(account_id, agent_id).agent
+    if not changes:
+        return current
+    try:
+        return agent_store.update_settings(agent_id, changes)
+    except ConditionFailed as error:
+        raise NotFound(f"no agent {agent_id}") from error
+
+
+def _new_token(prefix: str, owner_id: str) -> str:
+    return f"{prefix}{owner_id}_{secrets.token_urlsafe(32)}"
+
+
+def _owner(token: str | None, prefix: str) -> str | None:
+    if not token or not token.startswith(prefix):
+        return None
+    owner, separator, secret = token[len(prefix):].partition("_")
+    return owner if separator and secret and owner.isalnum() else None
+
+
+def _matches(token: str | None, hashes: tuple[str, ...]) -> bool:
+    digest = hash_token(token or "")
+    return any(hmac.compare_digest(digest, known) for known in hashes)

@@ -1,0 +1,59 @@
+"""The JSON shapes the admin API keeps (SPEC.md, "Shapes the admin API keeps")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from chalicelib.clock import iso
+from chalicelib.store.records import Agent, HistoryEvent, Page, Promotion, ToolVersion
+
+
+def agent(record: Agent) -> dict[str, Any]:
+    """An agent's settings and working-set size."""
+    return {
+        "id": record.agent_id,
+        "name": record.name,
+        "cap": record.cap,
+        "idle_window_days": record.idle_window_days,
+        "size": record.size,
+        "created_at": iso(record.created_at),
+    }
+
+
+def promotion(record: Promotion) -> dict[str, Any]:
+    """A working-set item."""
+    return {
+        "vendor": record.vendor,
+        "name": record.name,
+        "promoted_by": record.promoted_by,
+        "promoted_at": iso(record.promoted_at),
+        "last_used_at": iso(record.last_used_at),
+    }
+
+
+def event(record: HistoryEvent) -> dict[str, Any]:
+    """A history event."""
+    return {
+        "vendor": record.vendor,
+        "name": record.name,
+        "action": record.action,
+        "cause": record.cause,
+        "actor": record.actor,
+        "at": iso(record.at),
+    }
+
+
+def tool_version(record: ToolVersion) -> dict[str, Any]:
+    """One version of a tool with its definition."""
+    return {
+        **record.definition,
+        "version": record.version,
+        "published_at": iso(record.published_at),
+        "published_by": record.published_by,
+    }
+
+
+def page(result: Page, shape: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+    """`{"items": [...], "next": cursor-or-null}`."""
+    return {"items": [shape(item) for item in result.items], "next": result.next}

@@ -1,0 +1,24 @@
+"""Time in one shape: aware UTC datetimes inside, ISO 8601 with `Z` at the edges."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+
+def utcnow() -> datetime:
+    """The wall clock, in UTC."""
+    return datetime.now(timezone.utc)
+
+
+def iso(moment: datetime | None) -> str | None:
+    """`2026-11-30T07:00:00Z` (microseconds kept when present), or None."""
+    if moment is None:
+        return None
+    text = moment.astimezone(timezone.utc).isoformat()
+    return text.replace("+00:00", "Z")
+
+
+def parse_iso(text: str) -> datetime:
+    """Parse an ISO 8601 time; a naive time is taken as UTC."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)

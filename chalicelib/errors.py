@@ -1,0 +1,83 @@
+"""Domain errors. Each carries its machine-readable code and the HTTP status that fits it.
+
+The edges map them in one place each: the admin API to `{"error": {...}}` bodies, the MCP
+layer to tool results with `isError: true`.
+"""
+
+from __future__ import annotations
+
+
+class WorksetError(Exception):
+    """Base of every error a caller may see; `code` is stable, `message` is for people."""
+
+    code = "error"
+    status = 500
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def to_dict(self) -> dict[str, str]:
+        """The `{"code", "message", "field"?}` body shared by the API and tool results."""
+        body = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        return body
+
+
+class InvalidInput(WorksetError):
+    """The caller sent something malformed or out of range; nothing was changed."""
+
+    code = "invalid_input"
+    status = 400
+
+
+class Unauthorized(WorksetError):
+    """No token, or a token that is not valid."""
+
+    code = "unauthorized"
+    status = 401
+
+
+class NotFound(WorksetError):
+    """An unknown id, or one that belongs to another account."""
+
+    code = "not_found"
+    status = 404
+
+
+class ToolNotFound(NotFound):
+    """No tool with that vendor and name in the account's toolbox."""
+
+    code = "tool_not_found"
+
+    def __init__(self, vendor: str, name: str) -> None:
+        super().__init__(f"no tool {vendor}/{name} in this toolbox; find_tool lists what exists")
+
+
+class Conflict(WorksetError):
+    """The write lost a race or contradicts the current state."""
+
+    code = "conflict"
+    status = 409
+
+
+class VendorError(WorksetError):
+    """The vendor answered with a failure, or did not answer in time."""
+
+    code = "vendor_error"
+    status = 502
+
+
+class VendorTimeout(VendorError):
+    """The vendor did not answer within the timeout."""
+
+    code = "vendor_timeout"
+
+
+class ForbiddenDestination(WorksetError):
+    """A URL that resolves to an address Workset refuses to call (private, loopback, metadata)."""
+
+    code = "forbidden_destination"
+    status = 400

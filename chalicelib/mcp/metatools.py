@@ -1,0 +1,184 @@
+"""The meta-tools every agent sees, and the MCP definition of a promoted tool."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chalicelib import runs, toolbox, workingset
+from chalicelib.runs import Outcome
+from chalicelib.store.records import AgentState
+from chalicelib.toolbox import NAME_PATTERN, Tool
+from chalicelib.validation import parse
+from chalicelib.workingset import Cause, PromotedBy
+
+SEPARATOR = "__"
+DESCRIPTION_LINE = 200
+FIND_LIMIT_DEFAULT = 10
+FIND_LIMIT_MAX = 50
+
+INSTRUCTIONS = (
+    "Your tool list is a working set drawn from a larger toolbox. To do something you have no "
+    "tool for, call find_tool first: a tool it finds is one promote away (promote answers its "
+    "definition; run_tool calls it once without promoting). Only when find_tool finds nothing, "
+    "author a new tool with acquire. Demote tools you are done with; unused tools are demoted "
+    "for you after the agent's idle window. A write tool asks a person on its first call."
+)
+
+
+class FindToolArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, max_length=500, description="What you want to do, in plain words.")
+    limit: int = Field(default=FIND_LIMIT_DEFAULT, ge=1, le=FIND_LIMIT_MAX, description="Most hits to answer.")
+
+
+class ToolRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    vendor: str = Field(pattern=NAME_PATTERN, description="The tool's vendor, as find_tool answers it.")
+    name: str = Field(pattern=NAME_PATTERN, description="The tool's name, as find_tool answers it.")
+
+
+class RunToolArgs(ToolRef):
+    input: dict[str, Any] = Field(default_factory=dict, description="The tool's input, as its schema asks.")
+    dryRun: bool = Field(
+        default=False, description="Reads reach the vendor; anything else answers a preview and sends nothing."
+    )
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a meta-tool handler gets."""
+
+    state: AgentState
+    now: datetime
+
+
+@dataclass(frozen=True)
+class MetaTool:
+    """A meta-tool: its MCP definition and its handler."""
+
+    name: str
+    description: str
+    args: type[BaseModel]
+    annotations: dict[str, Any]
+    handler: Callable[[Call, Any], Outcome]
+
+    def definition(self) -> dict[str, Any]:
+        """The MCP tool definition."""
+        schema = self.args.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        return {"name": self.name, "description": self.description, "inputSchema": schema,
+                "annotations": self.annotations}
+
+
+def tool_definition(tool: Tool) -> dict[str, Any]:
+    """The MCP definition of a promoted tool: `vendor__name` and the newest version's spec."""
+    spec = tool.spec
+    definition: dict[str, Any] = {
+        "name": f"{spec.vendor}{SEPARATOR}{spec.name}",
+        "description": spec.description,
+        "inputSchema": spec.input_schema,
+        "annotations": spec.annotations.model_dump(exclude_none=True),
+    }
+    if spec.output_schema is not None:
+        definition["outputSchema"] = spec.output_schema
+    return definition
+
+
+def split_name(tool_name: str) -> tuple[str, str] | None:
+    """`vendor__name` to (vendor, name), or None for a name that is not of that shape."""
+    vendor, separator, name = tool_name.partition(SEPARATOR)
+    return (vendor, name) if separator and vendor and name else None
+
+
+def _find_tool(call: Call, raw: Any) -> Outcome:
+    args = parse(FindToolArgs, raw)
+    found = toolbox.search(call.state.agent.account_id, args.query, args.limit)
+    hits = [_hit(call.state, tool) for tool in found]
+    if not hits:
+        return Outcome(structured={
+            "hits": [],
+            "message": f"No tool in the toolbox matches {args.query!r}. If none exists, author one with acquire.",
+        })
+    return Outcome(structured={"hits": hits})
+
+
+def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
+    spec = tool.spec
+    line = spec.description.strip().splitlines()[0] if spec.description.strip() else ""
+    return {
+        "vendor": spec.vendor,
+        "name": spec.name,
+        "promoted": state.promotion(spec.vendor, spec.name) is not None,
+        "readOnlyHint": bool(spec.annotations.readOnlyHint),
+        "destructiveHint": spec.annotations.destructiveHint is not False and not spec.annotations.readOnlyHint,
+        "description": line if len(line) <= DESCRIPTION_LINE else line[: DESCRIPTION_LINE - 1] + "…",
+    }
+
+
+def _promote(call: Call, raw: Any) -> Outcome:
+    ref = parse(ToolRef, raw)
+    change = workingset.promote(call.state, ref.vendor, ref.name, by=PromotedBy.AGENT,
+                                actor=call.state.agent.agent_id, now=call.now)
+    assert change.tool is not None
+    return Outcome(structured={"size": change.size, "tool": tool_definition(change.tool)})
+
+
+def _demote(call: Call, raw: Any) -> Outcome:
+    ref = parse(ToolRef, raw)
+    change = workingset.demote(call.state, ref.vendor, ref.name, cause=Cause.AGENT_ASKED,
+                               actor=call.state.agent.agent_id, now=call.now)
+    return Outcome(structured={"size": change.size})
+
+
+def _run_tool(call: Call, raw: Any) -> Outcome:
+    args = parse(RunToolArgs, raw)
+    return runs.call(call.state, args.vendor, args.name, args.input, dry_run=args.dryRun, now=call.now)
+
+
+_WORKING_SET = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+
+META_TOOLS: dict[str, MetaTool] = {
+    tool.name: tool
+    for tool in (
+        MetaTool(
+            "find_tool",
+            "Search the whole toolbox (promoted and demoted tools) by vendor, name and description. "
+            "Answers ranked hits with vendor, name, whether each is promoted for you, and its hints. "
+            "Call this before acquire.",
+            FindToolArgs,
+            {"readOnlyHint": True, "openWorldHint": False},
+            _find_tool,
+        ),
+        MetaTool(
+            "promote",
+            "Add a toolbox tool to your tool list as vendor__name. Answers the list's new size and the "
+            "tool's definition, so you can call it through run_tool even before your list refreshes.",
+            ToolRef,
+            _WORKING_SET,
+            _promote,
+        ),
+        MetaTool(
+            "demote",
+            "Take a tool out of your tool list (it stays in the toolbox; find_tool still finds it). "
+            "Answers the list's new size.",
+            ToolRef,
+            _WORKING_SET,
+            _demote,
+        ),
+        MetaTool(
+            "run_tool",
+            "Call a toolbox tool by vendor and name without adding it to your list: the same input "
+            "validation, approval rule and answer as calling it directly. dryRun previews writes.",
+            RunToolArgs,
+            {"readOnlyHint": False, "openWorldHint": True},
+            _run_tool,
+        ),
+    )
+}

@@ -1,0 +1,173 @@
+"""The MCP wire: JSON-RPC envelopes, the two revisions on one stateless endpoint, and the
+protocol-level errors.
+
+A request whose `params._meta` carries a protocol version is 2026-07-28 ("modern"): it must pass
+the header ladder (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` equal to the body). Anything
+else is the 2025-11-25 handshake era ("legacy").
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types
+from mcp_types.jsonrpc import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
+
+MODERN = MODERN_PROTOCOL_VERSIONS[-1]
+LEGACY = LATEST_HANDSHAKE_VERSION
+SUPPORTED_VERSIONS = [MODERN, *reversed(HANDSHAKE_PROTOCOL_VERSIONS)]
+VERSION_META = mcp_types.PROTOCOL_VERSION_META_KEY
+CAPABILITIES_META = mcp_types.CLIENT_CAPABILITIES_META_KEY
+SERVER_INFO_META = mcp_types.SERVER_INFO_META_KEY
+
+# HTTP status of a JSON-RPC error on the modern path (2026-07-28 transports page).
+MODERN_HTTP_STATUS = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    UNSUPPORTED_PROTOCOL_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}
+NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+class ProtocolError(Exception):
+    """A JSON-RPC error: the request itself was wrong, not the tool call it asked for."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+@dataclass(frozen=True)
+class Request:
+    """One parsed JSON-RPC message; `id` is None for a notification."""
+
+    id: str | int | None
+    method: str
+    params: dict[str, Any]
+    version: str  # the protocol revision it speaks
+    client_capabilities: dict[str, Any]
+
+    @property
+    def modern(self) -> bool:
+        """True for a 2026-07-28 request."""
+        return self.version in MODERN_PROTOCOL_VERSIONS
+
+    @property
+    def is_notification(self) -> bool:
+        """Notifications get 202 and no body."""
+        return self.id is None
+
+
+def parse_message(raw: bytes) -> dict[str, Any]:
+    """Bytes to a JSON-RPC object; bad JSON is -32700, anything but one request is -32600."""
+    try:
+        message = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ProtocolError(PARSE_ERROR, "Parse error: the body is not valid JSON") from None
+    if not isinstance(message, dict):
+        raise ProtocolError(INVALID_REQUEST, "Invalid Request: send one JSON-RPC object (batches are not supported)")
+    return message
+
+
+def classify(message: dict[str, Any], headers: Mapping[str, str]) -> Request:
+    """Check the envelope and decide the revision; `headers` are keyed by lower-case name."""
+    if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+        raise ProtocolError(INVALID_REQUEST, "Invalid Request: jsonrpc must be \"2.0\" and method a string")
+    request_id = message.get("id")
+    if "id" in message and (request_id is None or isinstance(request_id, bool) or not isinstance(request_id, str | int)):
+        raise ProtocolError(INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
+    params = message.get("params", {})
+    if not isinstance(params, dict):
+        raise ProtocolError(INVALID_PARAMS, "Invalid params: params must be an object")
+    meta = params.get("_meta")
+    if isinstance(meta, dict) and VERSION_META in meta:
+        version, capabilities = _modern_envelope(message, params, meta, headers)
+    else:
+        version, capabilities = _legacy_envelope(params, headers), {}
+    return Request(request_id, message["method"], params, version, capabilities)
+
+
+def _modern_envelope(
+    message: dict[str, Any], params: dict[str, Any], meta: dict[str, Any], headers: Mapping[str, str]
+) -> tuple[str, dict[str, Any]]:
+    if CAPABILITIES_META not in meta:
+        raise ProtocolError(INVALID_PARAMS, f"params._meta is missing the required envelope key {CAPABILITIES_META}")
+    version = meta[VERSION_META]
+    if headers.get("mcp-protocol-version") != version:
+        raise ProtocolError(HEADER_MISMATCH, "MCP-Protocol-Version header does not match params._meta")
+    if headers.get("mcp-method") != message["method"]:
+        raise ProtocolError(HEADER_MISMATCH, "Mcp-Method header does not match the request body's method")
+    name_key = NAME_BEARING.get(message["method"])
+    if name_key and params.get(name_key) is not None:
+        if _decode_header(headers.get("mcp-name")) != params[name_key]:
+            raise ProtocolError(HEADER_MISMATCH, f"Mcp-Name header does not match the request body's {name_key}")
+    if version not in MODERN_PROTOCOL_VERSIONS:
+        raise ProtocolError(
+            UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version",
+            {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version},
+        )
+    capabilities = meta[CAPABILITIES_META]
+    return version, capabilities if isinstance(capabilities, dict) else {}
+
+
+def _legacy_envelope(params: dict[str, Any], headers: Mapping[str, str]) -> str:
+    announced = headers.get("mcp-protocol-version")
+    if announced is None:
+        return LEGACY
+    if announced not in HANDSHAKE_PROTOCOL_VERSIONS:
+        raise ProtocolError(
+            INVALID_REQUEST,
+            f"Unsupported MCP-Protocol-Version {announced!r}",
+            {"supported": SUPPORTED_VERSIONS, "requested": announced},
+        )
+    return announced
+
+
+def _decode_header(value: str | None) -> str | None:
+    """Undo the `=?base64?...?=` wrapping clients use for values that are not plain ASCII."""
+    if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
+        return value
+    try:
+        return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def success(request_id: str | int | None, result: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC response."""
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def error_body(request_id: str | int | None, error: ProtocolError) -> dict[str, Any]:
+    """A JSON-RPC error response."""
+    body: dict[str, Any] = {"code": error.code, "message": error.message}
+    if error.data is not None:
+        body["data"] = error.data
+    return {"jsonrpc": "2.0", "id": request_id, "error": body}
+
+
+def error_status(error: ProtocolError, *, modern: bool) -> int:
+    """The HTTP status for a JSON-RPC error: the modern table, or 400 for unparseable input
+    and 200 otherwise on the legacy path (its clients read the error from the body)."""
+    if modern:
+        return MODERN_HTTP_STATUS.get(error.code, 200)
+    return 400 if error.code in {PARSE_ERROR, INVALID_REQUEST} else 200

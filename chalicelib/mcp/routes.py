@@ -1,0 +1,48 @@
+"""The `/mcp` endpoint as a Chalice blueprint: a thin shell around `server.handle`."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from chalice import Blueprint, Response
+
+from chalicelib.config import settings
+from chalicelib.mcp import server
+from chalicelib.responses import json_response
+
+bp = Blueprint(__name__)
+
+CONTENT_TYPES = ["application/json", "application/json; charset=utf-8"]
+
+
+@bp.route("/mcp", methods=["POST"], content_types=CONTENT_TYPES)
+def mcp_post() -> Response:
+    """One JSON-RPC message in, one answer out."""
+    request = bp.current_request
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    if not _origin_allowed(headers.get("origin"), headers.get("host")):
+        return json_response(403, {"error": {"code": "forbidden_origin", "message": "this Origin may not call /mcp"}})
+    raw = request.raw_body or b""
+    if len(raw) > settings().max_request_bytes:
+        return json_response(413, {"error": {"code": "too_large", "message": "the request body is too large"}})
+    answer = server.handle(raw, headers)
+    if answer.body is None:
+        return Response(body="", status_code=answer.status, headers=answer.headers)
+    return json_response(answer.status, answer.body, answer.headers)
+
+
+@bp.route("/mcp", methods=["GET", "DELETE"])
+def mcp_other() -> Response:
+    """No server-initiated stream and no sessions: GET and DELETE are not allowed."""
+    return Response(body="", status_code=405, headers={"Allow": "POST"})
+
+
+def _origin_allowed(origin: str | None, host: str | None) -> bool:
+    """Browsers send Origin; only the server's own origin and configured ones may call (DNS
+    rebinding protection). Non-browser clients send none."""
+    if origin is None:
+        return True
+    if origin in settings().allowed_origins:
+        return True
+    return host is not None and urlsplit(origin).netloc == host
+

@@ -1,0 +1,168 @@
+"""An agent's partition: settings, key hashes, promotions, approvals; and the writes that move
+tools in and out of the working set, each one transaction with its history event."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pynamodb.exceptions import UpdateError
+
+from chalicelib.store import history
+from chalicelib.store.base import ConditionFailed, decode_cursor, encode_cursor, transaction
+from chalicelib.store.models import (
+    AGENT_SK,
+    AgentPartitionItem,
+    AgentSettingsItem,
+    ApprovalItem,
+    PromotionItem,
+    promotion_sk,
+)
+from chalicelib.store.records import Agent, AgentState, Approval, HistoryEvent, Page, Promotion
+
+
+def create_agent(agent: Agent, key_hash: str) -> None:
+    """Write a new agent's settings item with its first key hash."""
+    item = AgentSettingsItem(
+        agent_id=agent.agent_id,
+        sk=AGENT_SK,
+        account_id=agent.account_id,
+        created_at=agent.created_at,
+        name=agent.name,
+        cap=agent.cap,
+        idle_window_days=agent.idle_window_days,
+        key_hashes=[key_hash],
+        size=0,
+    )
+    item.save(condition=AgentPartitionItem.agent_id.does_not_exist())
+
+
+def load_state(agent_id: str) -> AgentState | None:
+    """The agent's whole partition in one Query, or None for an unknown agent."""
+    settings_item: AgentSettingsItem | None = None
+    promotions: list[Promotion] = []
+    approvals: list[Approval] = []
+    for item in AgentPartitionItem.query(agent_id):
+        if isinstance(item, AgentSettingsItem):
+            settings_item = item
+        elif isinstance(item, PromotionItem):
+            promotions.append(_promotion(item))
+        elif isinstance(item, ApprovalItem):
+            approvals.append(
+                Approval(item.vendor, item.name, approved_by=item.approved_by, approved_at=item.approved_at)
+            )
+    if settings_item is None:
+        return None
+    promotions.sort(key=lambda p: (p.promoted_at, p.vendor, p.name))
+    return AgentState(
+        agent=_agent(settings_item),
+        key_hashes=tuple(settings_item.key_hashes or ()),
+        promotions=tuple(promotions),
+        approvals=tuple(approvals),
+    )
+
+
+def list_agents(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
+    """The account's agents, oldest first."""
+    start = decode_cursor(cursor, account_id=account_id)
+    result = AgentSettingsItem.by_account.query(account_id, limit=limit, last_evaluated_key=start)
+    items = [_agent(item) for item in result]
+    return Page(items=items, next=encode_cursor(result.last_evaluated_key))
+
+
+def update_settings(agent_id: str, changes: dict[str, Any]) -> Agent:
+    """Set some of name, cap and idle_window_days; answer the agent as saved."""
+    item = AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK)
+    actions = [getattr(AgentSettingsItem, name).set(value) for name, value in changes.items()]
+    try:
+        item.update(actions=actions, condition=AgentSettingsItem.agent_id.exists())
+    except UpdateError as error:
+        if error.cause_response_code == "ConditionalCheckFailedException":
+            raise ConditionFailed(["ConditionalCheckFailed"]) from error
+        raise
+    return _agent(item)
+
+
+def add_promotion(agent_id: str, promotion: Promotion, event: HistoryEvent) -> bool:
+    """Put the tool in the set, count it and record the event, atomically.
+
+    Answers False (and writes nothing) when the tool was already promoted.
+    """
+    item = PromotionItem(
+        agent_id=agent_id,
+        sk=promotion_sk(promotion.vendor, promotion.name),
+        vendor=promotion.vendor,
+        name=promotion.name,
+        promoted_at=promotion.promoted_at,
+        promoted_by=promotion.promoted_by,
+    )
+    try:
+        with transaction() as write:
+            write.save(item, condition=PromotionItem.sk.does_not_exist())
+            write.update(
+                AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK),
+                actions=[AgentSettingsItem.size.add(1)],
+                condition=AgentSettingsItem.agent_id.exists(),
+            )
+            write.save(history.new_item(agent_id, event))
+    except ConditionFailed as failure:
+        if failure.reasons[0] == "ConditionalCheckFailed":
+            return False
+        raise
+    return True
+
+
+def remove_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent) -> bool:
+    """Take the tool out of the set, count it and record the event, atomically.
+
+    Answers False (and writes nothing) when the tool was not promoted.
+    """
+    try:
+        with transaction() as write:
+            write.delete(
+                PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name)),
+                condition=PromotionItem.sk.exists(),
+            )
+            write.update(
+                AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK),
+                actions=[AgentSettingsItem.size.add(-1)],
+                condition=AgentSettingsItem.agent_id.exists(),
+            )
+            write.save(history.new_item(agent_id, event))
+    except ConditionFailed as failure:
+        if failure.reasons[0] == "ConditionalCheckFailed":
+            return False
+        raise
+    return True
+
+
+def mark_used(agent_id: str, vendor: str, name: str, now: datetime) -> None:
+    """Record a use of a promoted tool; a tool demoted meanwhile is left alone."""
+    item = PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name))
+    try:
+        item.update(actions=[PromotionItem.last_used_at.set(now)], condition=PromotionItem.sk.exists())
+    except UpdateError as error:
+        if error.cause_response_code != "ConditionalCheckFailedException":
+            raise
+
+
+def _promotion(item: PromotionItem) -> Promotion:
+    return Promotion(
+        vendor=item.vendor,
+        name=item.name,
+        promoted_at=item.promoted_at,
+        promoted_by=item.promoted_by,
+        last_used_at=item.last_used_at,
+    )
+
+
+def _agent(item: AgentSettingsItem) -> Agent:
+    return Agent(
+        agent_id=item.agent_id,
+        account_id=item.account_id,
+        name=item.name,
+        cap=int(item.cap),
+        idle_window_days=int(item.idle_window_days),
+        created_at=item.created_at,
+        size=int(item.size or 0),
+    )

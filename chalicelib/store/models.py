@@ -1,0 +1,178 @@
+"""The DynamoDB tables, as pynamodb models. Only the store imports this module.
+
+Access patterns decide the keys (every figure is DynamoDB calls per operation):
+
+- `agents`: one partition per agent holds the agent's settings, its key hashes, its promotions
+  and its approvals. One Query answers "who is calling and what do they see": authenticate an
+  MCP request and read the working set in a single call. A sparse index `by_account` (only the
+  settings item carries `account_id`) lists an account's agents.
+- `tools`: one partition per account. `T#vendor#name` is the head (newest version, a copy of
+  its definition, so one GetItem resolves a tool); `V#vendor#name#0000000001` are the immutable
+  versions. `account_id` + begins_with("T#") lists the toolbox.
+- `history`: one partition per agent, sorted by event id (time first), append-only.
+- `accounts`: the tenant, with a toolbox revision that warm instances compare against to keep
+  their search index fresh; `admin-tokens`: token hash -> account, one GetItem per admin call.
+"""
+
+from __future__ import annotations
+
+from pynamodb.attributes import (
+    DiscriminatorAttribute,
+    JSONAttribute,
+    ListAttribute,
+    NumberAttribute,
+    UnicodeAttribute,
+    UTCDateTimeAttribute,
+)
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.models import Model
+
+from chalicelib.config import settings
+
+AGENT_SK = "AGENT"
+PROMOTION_PREFIX = "P#"
+APPROVAL_PREFIX = "A#"
+HEAD_PREFIX = "T#"
+VERSION_PREFIX = "V#"
+
+
+def _meta(table: str) -> type:
+    config = settings()
+
+    class Meta:
+        table_name = f"{config.table_prefix}-{table}"
+        region = config.aws_region
+        billing_mode = "PAY_PER_REQUEST"
+
+    return Meta
+
+
+class AccountItem(Model):
+    """A tenant, and the revision of its toolbox."""
+
+    Meta = _meta("accounts")
+    account_id = UnicodeAttribute(hash_key=True)
+    name = UnicodeAttribute()
+    created_at = UTCDateTimeAttribute()
+    toolbox_revision = NumberAttribute(default=0)
+
+
+class AdminTokenItem(Model):
+    """An admin token, by its hash: one GetItem tells whose it is."""
+
+    Meta = _meta("admin-tokens")
+    token_hash = UnicodeAttribute(hash_key=True)
+    account_id = UnicodeAttribute()
+    created_at = UTCDateTimeAttribute()
+
+
+class AgentsByAccount(GlobalSecondaryIndex["AgentSettingsItem"]):
+    """Sparse: only settings items carry `account_id`."""
+
+    class Meta:
+        index_name = "by_account"
+        projection = AllProjection()
+
+    account_id = UnicodeAttribute(hash_key=True)
+    created_at = UTCDateTimeAttribute(range_key=True)
+
+
+class AgentPartitionItem(Model):
+    """Every item of an agent's partition; `kind` tells settings, promotions and approvals apart."""
+
+    Meta = _meta("agents")
+    agent_id = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    kind = DiscriminatorAttribute()
+
+
+class AgentSettingsItem(AgentPartitionItem, discriminator="agent"):
+    """The agent: name, cap, idle window, key hashes and the working set's size."""
+
+    account_id = UnicodeAttribute()
+    created_at = UTCDateTimeAttribute()
+    name = UnicodeAttribute()
+    cap = NumberAttribute()
+    idle_window_days = NumberAttribute()
+    key_hashes = ListAttribute(of=UnicodeAttribute, default=list)
+    size = NumberAttribute(default=0)
+    by_account = AgentsByAccount()
+
+
+class PromotionItem(AgentPartitionItem, discriminator="promotion"):
+    """One tool in the agent's working set."""
+
+    vendor = UnicodeAttribute()
+    name = UnicodeAttribute()
+    promoted_at = UTCDateTimeAttribute()
+    promoted_by = UnicodeAttribute()
+    last_used_at = UTCDateTimeAttribute(null=True)
+
+
+class ApprovalItem(AgentPartitionItem, discriminator="approval"):
+    """A person allowed this agent to call this write tool; survives demotion and new versions."""
+
+    vendor = UnicodeAttribute()
+    name = UnicodeAttribute()
+    approved_by = UnicodeAttribute()
+    approved_at = UTCDateTimeAttribute()
+
+
+class ToolboxItem(Model):
+    """Every item of an account's toolbox partition."""
+
+    Meta = _meta("tools")
+    account_id = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    kind = DiscriminatorAttribute()
+    vendor = UnicodeAttribute()
+    name = UnicodeAttribute()
+    version = NumberAttribute()
+    definition = JSONAttribute()
+    published_at = UTCDateTimeAttribute()
+    published_by = UnicodeAttribute()
+
+
+class ToolHeadItem(ToolboxItem, discriminator="head"):
+    """The newest version of a tool, copied so that one GetItem resolves it."""
+
+
+class ToolVersionItem(ToolboxItem, discriminator="version"):
+    """One immutable version."""
+
+
+class HistoryItem(Model):
+    """One promotion or demotion; never edited or deleted."""
+
+    Meta = _meta("history")
+    agent_id = UnicodeAttribute(hash_key=True)
+    event_id = UnicodeAttribute(range_key=True)
+    vendor = UnicodeAttribute()
+    name = UnicodeAttribute()
+    action = UnicodeAttribute()
+    cause = UnicodeAttribute()
+    actor = UnicodeAttribute()
+    at = UTCDateTimeAttribute()
+
+
+TABLES: tuple[type[Model], ...] = (AccountItem, AdminTokenItem, AgentPartitionItem, ToolboxItem, HistoryItem)
+
+
+def promotion_sk(vendor: str, name: str) -> str:
+    """Range key of a promotion item."""
+    return f"{PROMOTION_PREFIX}{vendor}#{name}"
+
+
+def approval_sk(vendor: str, name: str) -> str:
+    """Range key of an approval item."""
+    return f"{APPROVAL_PREFIX}{vendor}#{name}"
+
+
+def head_sk(vendor: str, name: str) -> str:
+    """Range key of a tool's head item."""
+    return f"{HEAD_PREFIX}{vendor}#{name}"
+
+
+def version_sk(vendor: str, name: str, version: int) -> str:
+    """Range key of one version; zero-padded so versions sort numerically."""
+    return f"{VERSION_PREFIX}{vendor}#{name}#{version:010d}"

@@ -1,0 +1,100 @@
+"""What the store hands the domain: plain frozen records, no pynamodb objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Account:
+    """A tenant."""
+
+    account_id: str
+    name: str
+    toolbox_revision: int = 0
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent's settings and the size of its working set."""
+
+    agent_id: str
+    account_id: str
+    name: str
+    cap: int
+    idle_window_days: int
+    created_at: datetime
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A tool in an agent's working set."""
+
+    vendor: str
+    name: str
+    promoted_at: datetime
+    promoted_by: str
+    last_used_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A person's permission for one agent to call one write tool."""
+
+    vendor: str
+    name: str
+    approved_by: str
+    approved_at: datetime
+
+
+@dataclass(frozen=True)
+class AgentState:
+    """Everything one Query of the agent's partition tells: settings, keys, set, approvals."""
+
+    agent: Agent
+    key_hashes: tuple[str, ...]
+    promotions: tuple[Promotion, ...]  # in promotion order, oldest first
+    approvals: tuple[Approval, ...] = ()
+
+    def promotion(self, vendor: str, name: str) -> Promotion | None:
+        """The promotion of (vendor, name), if it is in the working set."""
+        return next((p for p in self.promotions if (p.vendor, p.name) == (vendor, name)), None)
+
+    def is_approved(self, vendor: str, name: str) -> bool:
+        """True when a person approved this agent's calls of (vendor, name)."""
+        return any((a.vendor, a.name) == (vendor, name) for a in self.approvals)
+
+
+@dataclass(frozen=True)
+class ToolVersion:
+    """One published version of a tool; `definition` is the validated spec as JSON."""
+
+    vendor: str
+    name: str
+    version: int
+    definition: dict[str, Any]
+    published_at: datetime
+    published_by: str
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """A promotion or a demotion, with its cause."""
+
+    vendor: str
+    name: str
+    action: str
+    cause: str
+    actor: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list and the opaque cursor of the next, if any."""
+
+    items: list[Any] = field(default_factory=list)
+    next: str | None = None

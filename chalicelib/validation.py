@@ -1,0 +1,61 @@
+"""Turning pydantic and JSON Schema failures into InvalidInput that names the field, without
+Python or library internals in the message."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import jsonschema
+from pydantic import BaseModel, ValidationError
+
+from chalicelib.errors import InvalidInput
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse(model: type[M], payload: Any) -> M:
+    """Validate `payload` as `model`; the first problem becomes InvalidInput naming its field."""
+    if not isinstance(payload, dict):
+        raise InvalidInput("the body must be a JSON object")
+    try:
+        return model.model_validate(payload)
+    except ValidationError as error:
+        raise _invalid(error) from None
+
+
+def _invalid(error: ValidationError) -> InvalidInput:
+    first = error.errors(include_url=False, include_context=False, include_input=False)[0]
+    field = ".".join(str(part) for part in first["loc"])
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = "is not a known field"
+    elif first["type"] == "missing":
+        message = "is required"
+    if not field:
+        # A model-level check; its message starts with the field it is about.
+        field = message.split(":", 1)[0] if ":" in message else ""
+        return InvalidInput(message, field=field or None)
+    return InvalidInput(f"{field}: {message}", field=field)
+
+
+def check_instance(schema: dict[str, Any], instance: Any, *, root: str = "input") -> None:
+    """Validate a tool's input against its JSON Schema; the most relevant error names its field."""
+    validator = jsonschema.Draft202012Validator(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    if error is None:
+        return
+    path = [str(part) for part in error.absolute_path]
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = next((name for name in error.validator_value if name not in error.instance), None)
+        if missing is not None:
+            path.append(str(missing))
+            field = ".".join([root, *path])
+            raise InvalidInput(f"{field} is required", field=field)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(error.schema.get("properties", {}))
+        extra = next((name for name in error.instance if name not in allowed), None)
+        if extra is not None:
+            field = ".".join([root, *path, str(extra)])
+            raise InvalidInput(f"{field} is not a known field", field=field)
+    field = ".".join([root, *path])
+    raise InvalidInput(f"{field}: {error.message}", field=field)

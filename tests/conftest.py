@@ -1,0 +1,225 @@
+"""The one test harness: a fake AWS (moto) around every test, the app's tables created, the
+Chalice test client, helper actions for the admin API and MCP, and a real local vendor server."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# The environment must be fake before anything imports boto3, pynamodb or the settings.
+os.environ.pop("AWS_ENDPOINT_URL", None)
+os.environ.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
+os.environ.update(
+    AWS_DEFAULT_REGION="us-east-1",
+    AWS_ACCESS_KEY_ID="testing",
+    AWS_SECRET_ACCESS_KEY="testing",
+    WORKSET_STAGE="test",
+    WORKSET_TABLE_PREFIX="workset-test",
+    WORKSET_PUBLIC_URL="http://127.0.0.1:8000",
+)
+
+import pytest  # noqa: E402
+from chalice.test import Client  # noqa: E402
+from moto import mock_aws  # noqa: E402
+
+from app import app  # noqa: E402
+from chalicelib import config, toolbox  # noqa: E402
+from chalicelib.store.tables import create_all  # noqa: E402
+
+MODERN = "2026-07-28"
+LEGACY = "2025-11-25"
+
+
+@pytest.fixture(autouse=True)
+def aws() -> Iterator[None]:
+    """Every test gets fresh, empty tables in moto, and a cold search cache."""
+    with mock_aws():
+        create_all()
+        toolbox._indexes.clear()
+        yield
+
+
+@pytest.fixture
+def settings_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Change settings for one test: `settings_env(WORKSET_VENDOR_TIMEOUT_SECONDS="0.2")`."""
+
+    def change(**values: str) -> None:
+        for name, value in values.items():
+            monkeypatch.setenv(name, value)
+        config.settings.cache_clear()
+
+    yield change
+    monkeypatch.undo()
+    config.settings.cache_clear()
+
+
+@pytest.fixture
+def client() -> Iterator[Client]:
+    with Client(app) as test_client:
+        yield test_client
+
+
+@dataclass
+class Admin:
+    """Admin API actions for one account."""
+
+    client: Client
+    token: str
+
+    def call(self, method: str, path: str, body: Any = None, *, token: str | None = None) -> Any:
+        headers = {"Authorization": f"Bearer {token or self.token}", "Content-Type": "application/json"}
+        raw = json.dumps(body) if body is not None else None
+        response = getattr(self.client.http, method.lower())(path, headers=headers, body=raw)
+        return response
+
+    def create_agent(self, name: str = "hermes", **settings: Any) -> dict[str, Any]:
+        response = self.call("POST", "/v1/agents", {"name": name, **settings})
+        assert response.status_code == 201, response.body
+        return response.json_body
+
+    def publish(self, **overrides: Any) -> dict[str, Any]:
+        response = self.call("POST", "/v1/tools", tool_spec(**overrides))
+        assert response.status_code == 201, response.body
+        return response.json_body
+
+
+def tool_spec(**overrides: Any) -> dict[str, Any]:
+    """A valid read tool definition; override any field."""
+    spec: dict[str, Any] = {
+        "vendor": "unleashed",
+        "name": "list-sales-orders",
+        "description": "List sales orders in Unleashed, filtered by customer.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"customer": {"type": "string"}, "page": {"type": "integer"}},
+            "required": ["customer"],
+        },
+        "annotations": {"readOnlyHint": True},
+        "request": {"method": "GET", "url": "http://127.0.0.1:9/orders"},
+    }
+    spec.update(overrides)
+    return spec
+
+
+@pytest.fixture
+def admin(client: Client) -> Admin:
+    """A fresh account and its admin token."""
+    from chalicelib import accounts
+    from chalicelib.clock import utcnow
+
+    _, token = accounts.create_account("acme", utcnow())
+    return Admin(client, token)
+
+
+@pytest.fixture
+def other_admin(client: Client) -> Admin:
+    """A second account, to show that nothing crosses accounts."""
+    from chalicelib import accounts
+    from chalicelib.clock import utcnow
+
+    _, token = accounts.create_account("globex", utcnow())
+    return Admin(client, token)
+
+
+@dataclass
+class Mcp:
+    """JSON-RPC over POST /mcp with an agent key, in either protocol revision."""
+
+    client: Client
+    key: str
+    modern: bool = False
+    next_id: int = 0
+
+    def post(self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None,
+             raw: bytes | None = None, key: str | None = None) -> Any:
+        self.next_id += 1
+        params = dict(params or {})
+        sent = {"Content-Type": "application/json", "Authorization": f"Bearer {key or self.key}"}
+        if self.modern:
+            params["_meta"] = {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }
+            sent.update({"MCP-Protocol-Version": MODERN, "Mcp-Method": method})
+            if method == "tools/call":
+                sent["Mcp-Name"] = params["name"]
+        else:
+            sent["MCP-Protocol-Version"] = LEGACY
+        sent.update(headers or {})
+        body = raw if raw is not None else json.dumps(
+            {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        )
+        return self.client.http.post("/mcp", headers=sent, body=body)
+
+    def call(self, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        """tools/call; answers the result (asserting it is not a JSON-RPC error)."""
+        response = self.post("tools/call", {"name": name, "arguments": arguments or {}})
+        assert "result" in response.json_body, response.json_body
+        return response.json_body["result"]
+
+    def tool_names(self) -> list[str]:
+        return [tool["name"] for tool in self.post("tools/list").json_body["result"]["tools"]]
+
+
+@pytest.fixture
+def agent(admin: Admin) -> dict[str, Any]:
+    return admin.create_agent()
+
+
+@pytest.fixture
+def mcp(client: Client, agent: dict[str, Any]) -> Mcp:
+    return Mcp(client, agent["api_key"])
+
+
+@dataclass
+class Vendor:
+    """A real HTTP server on 127.0.0.1 standing in for a vendor API; records what it receives."""
+
+    url: str
+    received: list[dict[str, Any]] = field(default_factory=list)
+    status: int = 200
+    body: Any = field(default_factory=lambda: {"orders": [{"id": 1}]})
+    delay: float = 0.0
+
+
+@pytest.fixture
+def vendor() -> Iterator[Vendor]:
+    state = Vendor(url="")
+    release = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            state.received.append(
+                {"method": self.command, "path": self.path, "headers": dict(self.headers), "body": body}
+            )
+            if state.delay:
+                release.wait(state.delay)
+            payload = state.body if isinstance(state.body, bytes) else json.dumps(state.body).encode()
+            self.send_response(state.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _serve
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    release.set()
+    server.shutdown()
+    server.server_close()
