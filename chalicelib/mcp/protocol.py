@@ -87,6 +87,13 @@ def parse_message(raw: bytes) -> dict[str, Any]:
     return message
 
 
+def is_modern(message: dict[str, Any]) -> bool:
+    """A message whose `params._meta` names a protocol version speaks the 2026-07-28 revision."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and VERSION_META in meta
+
+
 def classify(message: dict[str, Any], headers: Mapping[str, str]) -> Request:
     """Check the envelope and decide the revision; `headers` are keyed by lower-case name."""
     if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
@@ -97,9 +104,8 @@ def classify(message: dict[str, Any], headers: Mapping[str, str]) -> Request:
     params = message.get("params", {})
     if not isinstance(params, dict):
         raise ProtocolError(INVALID_PARAMS, "Invalid params: params must be an object")
-    meta = params.get("_meta")
-    if isinstance(meta, dict) and VERSION_META in meta:
-        version, capabilities = _modern_envelope(message, params, meta, headers)
+    if is_modern(message):
+        version, capabilities = _modern_envelope(message, params, params["_meta"], headers)
     else:
         version, capabilities = _legacy_envelope(params, headers), {}
     return Request(request_id, message["method"], params, version, capabilities)

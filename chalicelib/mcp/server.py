@@ -47,11 +47,11 @@ def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = Non
             protocol.error_body(None, ProtocolError(-32001, error.message)),
             {"WWW-Authenticate": 'Bearer realm="workset", error="invalid_token"'},
         )
-    request: Request | None = None
-    request_id = None
+    request_id, modern = None, False
     try:
         message = protocol.parse_message(raw)
         request_id = message.get("id") if isinstance(message.get("id"), str | int) else None
+        modern = protocol.is_modern(message)
         request = protocol.classify(message, headers)
         if request.is_notification:
             return HttpAnswer(202)
@@ -61,7 +61,6 @@ def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = Non
             raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
         result = handler(state, request, now or utcnow())
     except ProtocolError as error:
-        modern = request.modern if request else _looks_modern(headers)
         return HttpAnswer(protocol.error_status(error, modern=modern), protocol.error_body(request_id, error))
     if request.modern:
         result.setdefault("resultType", "complete")
@@ -143,10 +142,6 @@ def _bearer(value: str | None) -> str | None:
         return None
     scheme, _, token = value.partition(" ")
     return token.strip() if scheme.lower() == "bearer" else None
-
-
-def _looks_modern(headers: Mapping[str, str]) -> bool:
-    return headers.get("mcp-protocol-version") not in (None, *HANDSHAKE_PROTOCOL_VERSIONS)
 
 
 LEGACY_METHODS: dict[str, Handler] = {

@@ -1,0 +1,276 @@
+"""The /mcp endpoint through the Chalice test client: both revisions, the meta-tools, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import Admin, Mcp, Vendor, tool_spec
+
+META = ["find_tool", "promote", "demote", "run_tool"]
+
+
+@pytest.fixture(params=["legacy", "modern"])
+def any_mcp(request: pytest.FixtureRequest, mcp: Mcp) -> Mcp:
+    """The same checks in both protocol revisions."""
+    mcp.modern = request.param == "modern"
+    return mcp
+
+
+def test_initialize_echoes_a_supported_version_and_gives_instructions(mcp: Mcp) -> None:
+    result = mcp.post("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                     "clientInfo": {"name": "t", "version": "1"}}).json_body["result"]
+    assert result["protocolVersion"] == "2025-06-18"
+    assert "find_tool" in result["instructions"] and "acquire" in result["instructions"]
+
+
+def test_initialized_notification_gets_202(mcp: Mcp) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    response = mcp.post("notifications/initialized", raw=body.encode())
+    assert response.status_code == 202
+    assert response.body == b""
+
+
+def test_discover_answers_versions_ttl_and_private_cache_scope(mcp: Mcp) -> None:
+    mcp.modern = True
+    result = mcp.post("server/discover").json_body["result"]
+    assert result["supportedVersions"][0] == "2026-07-28"
+    assert "2025-11-25" in result["supportedVersions"]
+    assert (result["cacheScope"], result["ttlMs"], result["resultType"]) == ("private", 0, "complete")
+
+
+def test_tools_list_is_meta_tools_then_promoted_in_promotion_order(admin: Admin, any_mcp: Mcp) -> None:
+    # GIVEN three tools, promoted b, a, c
+    for name in ["a-tool", "b-tool", "c-tool"]:
+        admin.publish(name=name)
+    for name in ["b-tool", "a-tool", "c-tool"]:
+        any_mcp.call("promote", {"vendor": "unleashed", "name": name})
+    # WHEN the list is read
+    names = any_mcp.tool_names()
+    # THEN meta-tools come first, then the promoted tools in promotion order
+    assert names == META + ["unleashed__b-tool", "unleashed__a-tool", "unleashed__c-tool"]
+
+
+def test_modern_tools_list_carries_ttl_and_private_scope(any_mcp: Mcp) -> None:
+    result = any_mcp.post("tools/list").json_body["result"]
+    if any_mcp.modern:
+        assert (result["ttlMs"], result["cacheScope"], result["resultType"]) == (0, "private", "complete")
+    else:
+        assert "ttlMs" not in result and "resultType" not in result
+
+
+def test_listed_tool_has_the_newest_versions_schema_and_annotations(admin: Admin, mcp: Mcp) -> None:
+    admin.publish()
+    mcp.call("promote", {"vendor": "unleashed", "name": "list-sales-orders"})
+    admin.publish(description="Version two.", annotations={"readOnlyHint": True, "idempotentHint": True})
+    tools = {t["name"]: t for t in mcp.post("tools/list").json_body["result"]["tools"]}
+    listed = tools["unleashed__list-sales-orders"]
+    assert listed["description"] == "Version two."
+    assert listed["annotations"] == {"readOnlyHint": True, "idempotentHint": True}
+    assert listed["inputSchema"] == tool_spec()["input_schema"]
+
+
+def test_promote_answers_size_and_definition_and_repeats_change_nothing(admin: Admin, any_mcp: Mcp) -> None:
+    admin.publish()
+    ref = {"vendor": "unleashed", "name": "list-sales-orders"}
+    first = any_mcp.call("promote", ref)
+    again = any_mcp.call("promote", ref)
+    assert first["structuredContent"]["size"] == 1
+    assert first["structuredContent"]["tool"]["name"] == "unleashed__list-sales-orders"
+    assert again["structuredContent"] == first["structuredContent"]
+    assert json.loads(first["content"][0]["text"]) == first["structuredContent"]
+    history = admin.call("GET", f"/v1/agents/{_agent_id(admin)}/history").json_body["items"]
+    assert [(e["action"], e["cause"]) for e in history] == [("promoted", "agent_asked")]
+
+
+def test_demote_answers_size_and_a_repeat_changes_nothing(admin: Admin, any_mcp: Mcp) -> None:
+    admin.publish()
+    ref = {"vendor": "unleashed", "name": "list-sales-orders"}
+    any_mcp.call("promote", ref)
+    assert any_mcp.call("demote", ref)["structuredContent"] == {"size": 0}
+    assert any_mcp.call("demote", ref)["structuredContent"] == {"size": 0}
+    assert any_mcp.tool_names() == META
+    history = admin.call("GET", f"/v1/agents/{_agent_id(admin)}/history").json_body["items"]
+    assert [e["action"] for e in history] == ["demoted", "promoted"]
+
+
+@pytest.mark.parametrize("meta", ["promote", "demote", "run_tool"])
+def test_unknown_tool_is_tool_not_found(any_mcp: Mcp, meta: str) -> None:
+    result = any_mcp.call(meta, {"vendor": "nobody", "name": "nothing"})
+    assert result["isError"] is True
+    assert result["structuredContent"]["error"]["code"] == "tool_not_found"
+
+
+def test_first_class_call_of_an_unknown_tool_is_tool_not_found(any_mcp: Mcp) -> None:
+    result = any_mcp.call("nobody__nothing", {})
+    assert result["structuredContent"]["error"]["code"] == "tool_not_found"
+
+
+def test_find_tool_ranks_hits_with_promoted_flag_and_hints(admin: Admin, mcp: Mcp) -> None:
+    # GIVEN an order tool (promoted) and an unrelated write tool
+    admin.publish()
+    admin.publish(vendor="notion", name="create-page", description="Create a page in a Notion workspace.",
+                  annotations={"destructiveHint": False},
+                  request={"method": "POST", "url": "http://127.0.0.1:9/pages"})
+    mcp.call("promote", {"vendor": "unleashed", "name": "list-sales-orders"})
+    # WHEN the agent searches
+    hits = mcp.call("find_tool", {"query": "Unleashed sales orders"})["structuredContent"]["hits"]
+    notion = mcp.call("find_tool", {"query": "notion page"})["structuredContent"]["hits"]
+    # THEN each hit says whether it is promoted and what it may do
+    assert hits[0] == {"vendor": "unleashed", "name": "list-sales-orders", "promoted": True,
+                       "readOnlyHint": True, "destructiveHint": False,
+                       "description": "List sales orders in Unleashed, filtered by customer."}
+    assert notion[0]["name"] == "create-page"
+    assert (notion[0]["promoted"], notion[0]["readOnlyHint"]) == (False, False)
+
+
+def test_find_tool_finds_demoted_tools(admin: Admin, mcp: Mcp) -> None:
+    admin.publish()
+    ref = {"vendor": "unleashed", "name": "list-sales-orders"}
+    mcp.call("promote", ref)
+    mcp.call("demote", ref)
+    hits = mcp.call("find_tool", {"query": "order"})["structuredContent"]["hits"]
+    assert [(h["name"], h["promoted"]) for h in hits] == [("list-sales-orders", False)]
+
+
+def test_find_tool_without_hits_points_at_acquire(admin: Admin, mcp: Mcp) -> None:
+    admin.publish()
+    result = mcp.call("find_tool", {"query": "zzqx frobnicate"})
+    assert result["isError"] is False
+    assert result["structuredContent"]["hits"] == []
+    assert "acquire" in result["structuredContent"]["message"]
+
+
+def test_find_tool_sees_a_tool_published_after_the_index_was_built(admin: Admin, mcp: Mcp) -> None:
+    admin.publish()
+    mcp.call("find_tool", {"query": "orders"})
+    admin.publish(vendor="stripe", name="list-invoices", description="List Stripe invoices.")
+    hits = mcp.call("find_tool", {"query": "invoices"})["structuredContent"]["hits"]
+    assert hits[0]["name"] == "list-invoices"
+
+
+@pytest.mark.parametrize(
+    ("meta", "arguments", "field"),
+    [
+        ("find_tool", {}, "query"),
+        ("find_tool", {"query": "x", "limit": 0}, "limit"),
+        ("promote", {"vendor": "UPPER", "name": "x"}, "vendor"),
+        ("demote", {"vendor": "a"}, "name"),
+        ("run_tool", {"vendor": "a", "name": "b", "input": "text"}, "input"),
+    ],
+)
+def test_bad_meta_tool_arguments_are_isError_naming_the_field(any_mcp: Mcp, meta: str, arguments: dict,
+                                                               field: str) -> None:
+    result = any_mcp.call(meta, arguments)
+    assert result["isError"] is True
+    assert result["structuredContent"]["error"]["code"] == "invalid_input"
+    assert result["structuredContent"]["error"]["field"] == field
+
+
+def test_call_of_a_promoted_tool_reaches_the_vendor_and_sets_last_used(admin: Admin, mcp: Mcp,
+                                                                        vendor: Vendor) -> None:
+    # GIVEN a promoted read tool pointing at the local vendor
+    admin.publish(request={"method": "GET", "url": f"{vendor.url}/customers/{{customer}}/orders"})
+    mcp.call("promote", {"vendor": "unleashed", "name": "list-sales-orders"})
+    # WHEN the agent calls it first-class
+    result = mcp.call("unleashed__list-sales-orders", {"customer": "ACME Ltd/NZ", "page": 2})
+    # THEN the vendor got the request and its JSON is the structured result
+    assert result["isError"] is False
+    assert result["structuredContent"] == {"orders": [{"id": 1}]}
+    assert vendor.received[0]["path"] == "/customers/ACME%20Ltd%2FNZ/orders?page=2"
+    items = admin.call("GET", f"/v1/agents/{_agent_id(admin)}/working-set").json_body["items"]
+    assert items[0]["last_used_at"] is not None
+
+
+def test_run_tool_does_not_promote_and_does_not_mark_use(admin: Admin, mcp: Mcp, vendor: Vendor) -> None:
+    admin.publish(request={"method": "GET", "url": f"{vendor.url}/orders"})
+    result = mcp.call("run_tool", {"vendor": "unleashed", "name": "list-sales-orders",
+                                   "input": {"customer": "acme"}})
+    assert result["structuredContent"] == {"orders": [{"id": 1}]}
+    assert vendor.received[0]["path"] == "/orders?customer=acme"
+    assert mcp.tool_names() == META
+
+
+def test_first_class_call_validates_input_naming_the_field(admin: Admin, mcp: Mcp, vendor: Vendor) -> None:
+    admin.publish(request={"method": "GET", "url": f"{vendor.url}/orders"})
+    mcp.call("promote", {"vendor": "unleashed", "name": "list-sales-orders"})
+    missing = mcp.call("unleashed__list-sales-orders", {})
+    wrong = mcp.call("unleashed__list-sales-orders", {"customer": "a", "page": "two"})
+    assert missing["structuredContent"]["error"]["field"] == "input.customer"
+    assert wrong["structuredContent"]["error"]["field"] == "input.page"
+    assert vendor.received == []
+
+
+@pytest.mark.parametrize("content_type", [None, "application/json"])
+def test_bad_json_is_parse_error_400(mcp: Mcp, content_type: str | None) -> None:
+    response = mcp.post("tools/list", raw=b"{not json")
+    assert response.status_code == 400
+    assert response.json_body["error"]["code"] == -32700
+
+
+def test_unknown_method_is_method_not_found(any_mcp: Mcp) -> None:
+    response = any_mcp.post("tools/frobnicate")
+    assert response.json_body["error"]["code"] == -32601
+    assert response.status_code == (404 if any_mcp.modern else 200)
+
+
+@pytest.mark.parametrize("key", ["", "wsk_nobody_secret", "not-a-key"])
+def test_missing_or_wrong_key_is_401_with_www_authenticate(mcp: Mcp, key: str) -> None:
+    response = mcp.post("tools/list", key=key or "x")
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_a_tampered_key_of_a_real_agent_is_401(mcp: Mcp) -> None:
+    response = mcp.post("tools/list", key=mcp.key[:-2] + "xx")
+    assert response.status_code == 401
+
+
+def test_get_is_405(mcp: Mcp) -> None:
+    response = mcp.client.http.get("/mcp", headers={"Authorization": f"Bearer {mcp.key}"})
+    assert response.status_code == 405
+
+
+@pytest.mark.parametrize(
+    ("headers", "code"),
+    [
+        ({"MCP-Protocol-Version": "2025-11-25"}, -32020),
+        ({"Mcp-Method": "tools/call"}, -32020),
+    ],
+)
+def test_modern_header_mismatch_is_400(mcp: Mcp, headers: dict, code: int) -> None:
+    mcp.modern = True
+    response = mcp.post("tools/list", headers=headers)
+    assert response.status_code == 400
+    assert response.json_body["error"]["code"] == code
+
+
+def test_modern_unsupported_version_is_32022_with_supported_list(mcp: Mcp) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2099-01-01",
+        "io.modelcontextprotocol/clientCapabilities": {}}}}
+    response = mcp.post("tools/list", raw=json.dumps(body).encode(),
+                        headers={"MCP-Protocol-Version": "2099-01-01", "Mcp-Method": "tools/list"})
+    assert response.status_code == 400
+    error = response.json_body["error"]
+    assert error["code"] == -32022
+    assert error["data"] == {"supported": ["2026-07-28"], "requested": "2099-01-01"}
+
+
+def test_foreign_origin_is_refused(mcp: Mcp) -> None:
+    response = mcp.post("tools/list", headers={"Origin": "https://evil.example"})
+    assert response.status_code == 403
+
+
+def test_one_agent_does_not_see_anothers_working_set(admin: Admin, mcp: Mcp) -> None:
+    admin.publish()
+    other = Mcp(mcp.client, admin.create_agent("other")["api_key"])
+    mcp.call("promote", {"vendor": "unleashed", "name": "list-sales-orders"})
+    assert other.tool_names() == META
+    hit = other.call("find_tool", {"query": "orders"})["structuredContent"]["hits"][0]
+    assert hit["promoted"] is False
+
+
+def _agent_id(admin: Admin) -> str:
+    return admin.call("GET", "/v1/agents").json_body["items"][0]["id"]
