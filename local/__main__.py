@@ -1,0 +1,166 @@
+"""The local stack: `python -m local` runs Workset on this machine.
+
+It starts the embedded AWS emulator (moto server, DynamoDB and SQS) unless `AWS_ENDPOINT_URL`
+points elsewhere, creates the tables, loads the last snapshot, makes sure an account and its
+admin token exist, seeds a demo toolbox on first start, and serves the Chalice app on
+127.0.0.1 with a request handler that answers keep-alive clients without Nagle's delay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAPSHOT_SECONDS = 2.0
+
+
+def main() -> None:
+    args = _arguments()
+    data_dir = Path(args.data).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _fake_aws_environment()
+    moto_server = None
+    if not os.environ.get("AWS_ENDPOINT_URL"):
+        moto_server = _start_moto()
+
+    # Only now may the app and the store be imported: they read the endpoint at import.
+    from chalice.config import Config
+    from chalice.local import ChaliceRequestHandler, LocalChalice, LocalDevServer
+
+    from app import app
+    from chalicelib import accounts
+    from chalicelib.clock import utcnow
+    from chalicelib.store import tables
+    from local import demo
+    from local.snapshot import Snapshots
+
+    names = tables.create_all()
+    snapshots = Snapshots(data_dir / "snapshot.json", names) if moto_server else None
+    if snapshots:
+        snapshots.restore()
+
+    token = _admin_token(data_dir)
+    account_id = accounts.account_of_admin_token(token)
+    if account_id is None:
+        account, _ = accounts.create_account("local", utcnow(), token=token)
+        account_id = account.account_id
+
+    demo_port = args.demo_port if args.demo_port is not None else (args.port + 1 if args.port else 0)
+    vendor = demo.start_vendor(demo_port)
+    if not args.no_demo:
+        _seed_demo(account_id, f"http://127.0.0.1:{vendor.server_address[1]}")
+
+    class Handler(ChaliceRequestHandler):
+        disable_nagle_algorithm = True  # keep-alive MCP clients otherwise wait ~40 ms per answer
+
+    class LocalApp(LocalChalice, app.__class__):  # type: ignore[misc]
+        pass
+
+    app.__class__ = LocalApp
+    server = LocalDevServer(app, Config.create(chalice_stage="local", app_name="workset"), args.host,
+                            args.port, handler_cls=Handler)
+    server.server.daemon_threads = True
+    port = server.server.server_address[1]
+
+    stop = threading.Event()
+    if snapshots:
+        threading.Thread(target=_keep_saving, args=(snapshots, stop), daemon=True, name="snapshots").start()
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+
+    base = f"http://{args.host}:{port}"
+    print(f"Workset is running on {base}", flush=True)
+    print(f"  MCP endpoint   {base}/mcp", flush=True)
+    print(f"  Admin API      {base}/v1   (Authorization: Bearer <admin token>)", flush=True)
+    print(f"  Admin token    {token}", flush=True)
+    print(f"  Data           {data_dir}" + ("" if snapshots else f" (state lives at {os.environ['AWS_ENDPOINT_URL']})"),
+          flush=True)
+    print(f"  Create an agent: curl -s -X POST {base}/v1/agents -H 'Authorization: Bearer {token}' "
+          "-H 'Content-Type: application/json' -d '{\"name\": \"my-agent\"}'", flush=True)
+    print(f"READY {base}", flush=True)
+    try:
+        server.server.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        if snapshots:
+            snapshots.save_if_changed()
+        vendor.shutdown()
+        if moto_server:
+            moto_server.stop()
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m local", description="Run Workset on this machine.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    parser.add_argument("--data", default=os.environ.get("WORKSET_DATA_DIR", str(ROOT / ".workset")),
+                        help="folder for the snapshot and the admin token (default .workset/)")
+    parser.add_argument("--demo-port", type=int, default=None,
+                        help="port of the demo vendor API (default: the app's port + 1)")
+    parser.add_argument("--no-demo", action="store_true", help="do not seed the demo toolbox")
+    return parser.parse_args()
+
+
+def _fake_aws_environment() -> None:
+    """The local stack never needs real credentials; the stage allows private networks."""
+    os.environ.setdefault("WORKSET_STAGE", "local")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+
+
+def _start_moto():  # noqa: ANN202 - moto's server type is not part of its public API
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    os.environ["AWS_ENDPOINT_URL"] = f"http://{host}:{port}"
+    return server
+
+
+def _admin_token(data_dir: Path) -> str:
+    """WORKSET_ADMIN_TOKEN if set; else the token saved in the data folder; else a new one."""
+    if os.environ.get("WORKSET_ADMIN_TOKEN"):
+        return os.environ["WORKSET_ADMIN_TOKEN"]
+    saved = data_dir / "admin-token"
+    if saved.exists():
+        return saved.read_text().strip()
+    token = f"wsa_{secrets.token_urlsafe(32)}"
+    saved.write_text(token)
+    saved.chmod(0o600)
+    return token
+
+
+def _seed_demo(account_id: str, vendor_url: str) -> None:
+    from chalicelib import toolbox
+    from chalicelib.clock import utcnow
+    from local.demo import demo_tools
+
+    if toolbox.page(account_id, limit=1, cursor=None).items:
+        return  # the toolbox has tools already: never overwrite a person's work
+    for definition in demo_tools(vendor_url):
+        toolbox.publish(account_id, toolbox.parse_spec(definition), published_by="demo", now=utcnow())
+    print(f"  Seeded a demo toolbox ({len(demo_tools(vendor_url))} tools calling {vendor_url})", flush=True)
+
+
+def _keep_saving(snapshots, stop: threading.Event) -> None:  # noqa: ANN001
+    while not stop.wait(SNAPSHOT_SECONDS):
+        try:
+            snapshots.save_if_changed()
+        except Exception as error:  # keep serving; say why the snapshot failed
+            print(f"snapshot failed: {error.__class__.__name__}: {error}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()

@@ -1,0 +1,103 @@
+"""A demo toolbox for newcomers: a small fake vendor API on 127.0.0.1 and tools that call it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+ORDERS = [
+    {"id": "SO-1001", "customer": "acme", "total": 1250.0, "status": "open"},
+    {"id": "SO-1002", "customer": "globex", "total": 310.5, "status": "shipped"},
+    {"id": "SO-1003", "customer": "acme", "total": 89.9, "status": "open"},
+]
+
+
+def demo_tools(base_url: str) -> list[dict[str, Any]]:
+    """Tool definitions pointing at the demo vendor at `base_url`."""
+    customer = {"type": "object", "properties": {"customer": {"type": "string", "description": "Customer code"}}}
+    return [
+        {
+            "vendor": "unleashed", "name": "list-sales-orders",
+            "description": "List sales orders in Unleashed, optionally filtered by customer code.",
+            "input_schema": customer, "annotations": {"readOnlyHint": True},
+            "request": {"method": "GET", "url": f"{base_url}/unleashed/sales-orders"},
+        },
+        {
+            "vendor": "unleashed", "name": "get-sales-order",
+            "description": "Get one Unleashed sales order by its order number.",
+            "input_schema": {"type": "object", "properties": {"order_id": {"type": "string"}},
+                             "required": ["order_id"]},
+            "annotations": {"readOnlyHint": True},
+            "request": {"method": "GET", "url": f"{base_url}/unleashed/sales-orders/{{order_id}}"},
+        },
+        {
+            "vendor": "unleashed", "name": "create-sales-order",
+            "description": "Create a sales order in Unleashed for a customer.",
+            "input_schema": {"type": "object", "properties": {"customer": {"type": "string"},
+                                                               "total": {"type": "number", "minimum": 0}},
+                             "required": ["customer", "total"]},
+            "annotations": {"destructiveHint": False},
+            "request": {"method": "POST", "url": f"{base_url}/unleashed/sales-orders"},
+        },
+        {
+            "vendor": "notion", "name": "search-pages",
+            "description": "Search Notion pages by title text.",
+            "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+            "annotations": {"readOnlyHint": True},
+            "request": {"method": "GET", "url": f"{base_url}/notion/search"},
+        },
+        {
+            "vendor": "stripe", "name": "list-invoices",
+            "description": "List Stripe invoices for a customer, newest first.",
+            "input_schema": customer, "annotations": {"readOnlyHint": True},
+            "request": {"method": "GET", "url": f"{base_url}/stripe/invoices"},
+        },
+    ]
+
+
+class DemoVendor(BaseHTTPRequestHandler):
+    """Answers the demo tools' requests from fixed data."""
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        query = {key: values[0] for key, values in parse_qs(parts.query).items()}
+        if parts.path == "/unleashed/sales-orders":
+            found = [o for o in ORDERS if query.get("customer") in (None, o["customer"])]
+            return self._send(200, {"orders": found})
+        if parts.path.startswith("/unleashed/sales-orders/"):
+            order = next((o for o in ORDERS if o["id"] == parts.path.rsplit("/", 1)[1]), None)
+            return self._send(200 if order else 404, order or {"error": "no such order"})
+        if parts.path == "/notion/search":
+            return self._send(200, {"pages": [{"title": f"{query.get('query', '')} planning", "id": "p1"}]})
+        if parts.path == "/stripe/invoices":
+            return self._send(200, {"invoices": [{"id": "in_1", "customer": query.get("customer"), "amount": 4200}]})
+        return self._send(404, {"error": "not found"})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if urlsplit(self.path).path == "/unleashed/sales-orders":
+            return self._send(201, {"id": f"SO-{1000 + len(ORDERS) + 1}", **body, "status": "open"})
+        return self._send(404, {"error": "not found"})
+
+    def _send(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def start_vendor(port: int) -> ThreadingHTTPServer:
+    """Serve the demo vendor on 127.0.0.1:`port` in a background thread."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), DemoVendor)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True, name="demo-vendor").start()
+    return server

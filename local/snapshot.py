@@ -1,0 +1,69 @@
+"""Local state that survives a restart: the embedded moto server keeps nothing on disk, so the
+stack dumps every table to a JSON file when something changed and loads it at start."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+BATCH = 25
+
+
+class Snapshots:
+    """Dump and restore the given tables to one file, atomically."""
+
+    def __init__(self, path: Path, tables: list[str]) -> None:
+        self.path = path
+        self.tables = tables
+        self._client = boto3.client("dynamodb")
+        self._digest = ""
+        self._lock = threading.Lock()
+
+    def restore(self) -> int:
+        """Load the file into the (empty) tables; answers how many items were loaded."""
+        if not self.path.exists():
+            return 0
+        data: dict[str, list[dict[str, Any]]] = json.loads(self.path.read_text())
+        loaded = 0
+        for table, items in data.items():
+            if table not in self.tables:
+                continue
+            for start in range(0, len(items), BATCH):
+                requests = [{"PutRequest": {"Item": item}} for item in items[start:start + BATCH]]
+                pending: dict[str, Any] = {table: requests}
+                while pending:
+                    pending = self._client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}
+            loaded += len(items)
+        self._digest = _digest(self._dump())
+        return loaded
+
+    def save_if_changed(self) -> bool:
+        """Write the file when the tables differ from the last save."""
+        with self._lock:
+            data = self._dump()
+            digest = _digest(data)
+            if digest == self._digest:
+                return False
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(data))
+            os.replace(temporary, self.path)
+            self._digest = digest
+            return True
+
+    def _dump(self) -> dict[str, list[dict[str, Any]]]:
+        paginator = self._client.get_paginator("scan")
+        return {
+            table: [item for page in paginator.paginate(TableName=table) for item in page.get("Items", [])]
+            for table in self.tables
+        }
+
+
+def _digest(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
