@@ -1,0 +1,116 @@
+"""Counting DynamoDB calls per operation with a botocore event hook (machine-independent cost).
+
+    python bench/dynamo_calls.py
+
+Runs each operation against in-process moto through the real entry points (POST /mcp via the
+Chalice test client) and prints the calls it made, by API operation, next to the target.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class DynamoCalls:
+    """Records every DynamoDB API call the store's clients make."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def install(self) -> DynamoCalls:
+        """Hook every client the store uses (idempotent)."""
+        from chalicelib.store.base import connection
+        from chalicelib.store.models import TABLES
+
+        clients = [connection().client] + [model._get_connection().connection.client for model in TABLES]
+        for client in clients:
+            client.meta.events.register("after-call.dynamodb", self._record, unique_id=f"bench-{id(self)}")
+        return self
+
+    def _record(self, model, **_: object) -> None:  # noqa: ANN001 - botocore's OperationModel
+        self.calls.append(model.name)
+
+    @contextmanager
+    def measure(self) -> Iterator[list[str]]:
+        """The calls made inside the block (the list fills in when the block ends)."""
+        start = len(self.calls)
+        made: list[str] = []
+        yield made
+        made.extend(self.calls[start:])
+
+
+OPERATIONS = [
+    # (label, target from the issue; None where the issue sets none)
+    ("tools/list (5 promoted)", 2),
+    ("promote", 3),
+    ("demote", 3),
+    ("first-class call of a promoted read tool", 3),
+    ("find_tool, warm instance", 2),
+    ("find_tool, cold instance", None),
+    ("run_tool (read tool, not promoted)", None),
+]
+
+
+def main() -> None:
+    sys.path.insert(0, str(ROOT))
+    from tests.conftest import Admin, Mcp  # the test harness (it also fakes the AWS environment)
+    from moto import mock_aws
+
+    with mock_aws():
+        from chalice.test import Client
+
+        from app import app
+        from chalicelib import accounts, toolbox
+        from chalicelib.clock import utcnow
+        from chalicelib.store.tables import create_all
+
+        create_all()
+        _, token = accounts.create_account("bench", utcnow())
+        with Client(app) as client:
+            admin = Admin(client, token)
+            vendor_url = _start_vendor()
+            for index in range(6):
+                admin.publish(name=f"tool-{index}", request={"method": "GET", "url": f"{vendor_url}/x"})
+            mcp = Mcp(client, admin.create_agent()["api_key"])
+            for index in range(5):
+                mcp.call("promote", {"vendor": "unleashed", "name": f"tool-{index}"})
+            counter = DynamoCalls().install()
+            runs = {
+                "tools/list (5 promoted)": lambda: mcp.post("tools/list"),
+                "promote": lambda: mcp.call("promote", {"vendor": "unleashed", "name": "tool-5"}),
+                "demote": lambda: mcp.call("demote", {"vendor": "unleashed", "name": "tool-5"}),
+                "first-class call of a promoted read tool": lambda: mcp.call(
+                    "unleashed__tool-0", {"customer": "acme"}),
+                "find_tool, warm instance": lambda: mcp.call("find_tool", {"query": "sales orders"}),
+                "find_tool, cold instance": lambda: (toolbox._indexes.clear(),
+                                                     mcp.call("find_tool", {"query": "sales orders"})),
+                "run_tool (read tool, not promoted)": lambda: mcp.call(
+                    "run_tool", {"vendor": "unleashed", "name": "tool-5", "input": {"customer": "a"}}),
+            }
+            mcp.call("find_tool", {"query": "warm up"})
+            print(f"{'operation':45} {'calls':>5} {'target':>6}  by API operation")
+            for label, target in OPERATIONS:
+                with counter.measure() as made:
+                    runs[label]()
+                verdict = "" if target is None else ("ok" if len(made) <= target else "OVER")
+                shown = "-" if target is None else f"<= {target}"
+                print(f"{label:45} {len(made):5} {shown:>6}  {dict(Counter(made))} {verdict}")
+
+
+def _start_vendor() -> str:
+    from local.demo import start_vendor
+
+    server = start_vendor(0)
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("WORKSET_STAGE", "test")
+    main()

@@ -1,0 +1,78 @@
+"""The local stack as a person runs it: state survives a restart; AWS_ENDPOINT_URL is honoured."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+
+from tests.e2e.conftest import ROOT, start_stack, stop_stack
+
+
+def test_state_survives_a_restart(tmp_path: Path) -> None:
+    # GIVEN a stack with an agent and a published tool
+    first = start_stack(tmp_path)
+    try:
+        agent = first.new_agent()
+        first.publish({"vendor": "keep", "name": "me", "description": "A tool that must survive.",
+                       "input_schema": {"type": "object"}, "annotations": {"readOnlyHint": True},
+                       "request": {"method": "GET", "url": "http://127.0.0.1:9/x"}})
+    finally:
+        stop_stack(first)
+    # WHEN the stack is started again on the same data folder
+    second = start_stack(tmp_path)
+    try:
+        # THEN the same admin token still works and everything is there
+        status, fetched = second.admin("GET", f"/v1/agents/{agent['id']}")
+        assert (status, fetched["name"]) == (200, agent["name"])
+        status, tool = second.admin("GET", "/v1/tools/keep/me")
+        assert [v["version"] for v in tool["versions"]] == [1]
+    finally:
+        stop_stack(second)
+
+
+def test_aws_endpoint_url_replaces_the_embedded_emulator(tmp_path: Path) -> None:
+    # GIVEN a separate moto server, as DynamoDB Local or AWS would be
+    port = _free_port()
+    emulator = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(port)
+        # WHEN the stack starts with AWS_ENDPOINT_URL pointing at it
+        stack = start_stack(tmp_path, {"AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": "us-east-1",
+                                       "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"})
+        try:
+            stack.new_agent()
+        finally:
+            stop_stack(stack)
+        # THEN the tables and the agent live there, and no snapshot was written
+        dynamodb = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1",
+                                aws_access_key_id="x", aws_secret_access_key="x")
+        tables = dynamodb.list_tables()["TableNames"]
+        assert "workset-local-agents" in tables
+        assert dynamodb.scan(TableName="workset-local-agents")["Count"] == 1
+        assert not (tmp_path / "snapshot.json").exists()
+    finally:
+        emulator.terminate()
+        emulator.wait(timeout=10)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_for(port: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {port}")

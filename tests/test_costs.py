@@ -1,0 +1,47 @@
+"""DynamoDB calls per operation stay within their targets (counts, not timings)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from bench.dynamo_calls import DynamoCalls
+from chalicelib import toolbox
+from tests.conftest import Admin, Mcp, Vendor
+
+
+@pytest.fixture
+def promoted(admin: Admin, mcp: Mcp, vendor: Vendor) -> Mcp:
+    """An agent with five promoted tools, a sixth in the toolbox, and a warm search index."""
+    for index in range(6):
+        admin.publish(name=f"tool-{index}", request={"method": "GET", "url": f"{vendor.url}/x"})
+    for index in range(5):
+        mcp.call("promote", {"vendor": "unleashed", "name": f"tool-{index}"})
+    mcp.call("find_tool", {"query": "warm"})
+    return mcp
+
+
+CASES: list[tuple[str, int, Callable[[Mcp], object]]] = [
+    ("tools/list", 2, lambda mcp: mcp.post("tools/list")),
+    ("promote", 3, lambda mcp: mcp.call("promote", {"vendor": "unleashed", "name": "tool-5"})),
+    ("demote", 3, lambda mcp: mcp.call("demote", {"vendor": "unleashed", "name": "tool-0"})),
+    ("call", 3, lambda mcp: mcp.call("unleashed__tool-0", {"customer": "acme"})),
+    ("find_tool warm", 2, lambda mcp: mcp.call("find_tool", {"query": "sales orders"})),
+]
+
+
+@pytest.mark.parametrize(("label", "target", "run"), CASES, ids=[case[0] for case in CASES])
+def test_dynamodb_calls_per_operation(promoted: Mcp, label: str, target: int, run) -> None:
+    counter = DynamoCalls().install()
+    with counter.measure() as made:
+        run(promoted)
+    assert 0 < len(made) <= target, made
+
+
+def test_cold_find_tool_reads_the_toolbox_once_more(promoted: Mcp) -> None:
+    toolbox._indexes.clear()
+    counter = DynamoCalls().install()
+    with counter.measure() as made:
+        promoted.call("find_tool", {"query": "sales orders"})
+    assert sorted(made) == ["GetItem", "Query", "Query"]
