@@ -83,7 +83,7 @@ def test_vendor_timeout_is_an_error_result(admin: Admin, mcp: Mcp, vendor: Vendo
     admin.publish(request={"method": "GET", "url": f"{vendor.url}/orders"})
     result = mcp.call("run_tool", {"vendor": "unleashed", "name": "list-sales-orders", "input": {"customer": "c"}})
     assert result["isError"] is True
-    assert result["structuredContent"]["error"]["code"] == "vendor_timeout"
+    assert result["structuredContent"]["error"]["code"] == "vendor_timeout", result
 
 
 def test_non_object_json_is_wrapped_as_result(admin: Admin, mcp: Mcp, vendor: Vendor) -> None:

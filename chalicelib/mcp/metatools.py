@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime
 from typing import Any
 
@@ -57,7 +58,7 @@ class Call:
     now: datetime
 
 
-@dataclass(frozen=True)
+@dataclass
 class MetaTool:
     """A meta-tool: its MCP definition and its handler."""
 
@@ -67,8 +68,9 @@ class MetaTool:
     annotations: dict[str, Any]
     handler: Callable[[Call, Any], Outcome]
 
+    @cached_property
     def definition(self) -> dict[str, Any]:
-        """The MCP tool definition."""
+        """The MCP tool definition (built once: schema generation is not free)."""
         schema = self.args.model_json_schema()
         schema.pop("title", None)
         for prop in schema.get("properties", {}).values():

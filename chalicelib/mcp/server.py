@@ -94,7 +94,7 @@ def _ping(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
 
 
 def _list_tools(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
-    tools = [meta.definition() for meta in META_TOOLS.values()]
+    tools = [meta.definition for meta in META_TOOLS.values()]
     tools += [tool_definition(tool) for tool in workingset.promoted_tools(state)]
     result: dict[str, Any] = {"tools": tools}
     if request.modern:

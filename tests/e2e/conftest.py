@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
-import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -17,9 +13,11 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from local import process
+from local.process import ROOT, RunningStack
+
 ADMIN_TOKEN = "wsa_e2e_" + uuid.uuid4().hex
-START_SECONDS = 60
+__all__ = ["ROOT", "Stack", "start_stack", "stop_stack"]
 
 
 @pytest.fixture(autouse=True)
@@ -37,15 +35,17 @@ def anyio_backend() -> str:
 class Stack:
     """A running local stack and admin calls against it."""
 
-    url: str
-    token: str
-    process: subprocess.Popen
+    running: RunningStack
+
+    @property
+    def url(self) -> str:
+        return self.running.url
 
     def admin(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
             f"{self.url}{path}", data=data, method=method,
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            headers={"Authorization": f"Bearer {self.running.token}", "Content-Type": "application/json"},
         )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
@@ -64,35 +64,11 @@ class Stack:
 
 
 def start_stack(data_dir: Path, env: dict[str, str] | None = None) -> Stack:
-    """Start `python -m local` on a free port and wait until it says READY."""
-    environment = {key: value for key, value in os.environ.items()
-                   if not key.startswith(("AWS_", "WORKSET_"))}
-    environment.update(WORKSET_ADMIN_TOKEN=ADMIN_TOKEN, PYTHONUNBUFFERED="1", **(env or {}))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "local", "--port", "0", "--no-demo", "--data", str(data_dir)],
-        cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    deadline = time.monotonic() + START_SECONDS
-    seen = []
-    assert process.stdout is not None
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if line.startswith("READY "):
-            threading.Thread(target=process.stdout.read, daemon=True).start()  # keep the pipe drained
-            return Stack(url=line.split()[1], token=ADMIN_TOKEN, process=process)
-    process.kill()
-    raise RuntimeError("the local stack did not start:\n" + "".join(seen))
+    return Stack(process.start(data_dir, ADMIN_TOKEN, env))
 
 
 def stop_stack(stack: Stack) -> None:
-    stack.process.terminate()
-    try:
-        stack.process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        stack.process.kill()
+    stack.running.stop()
 
 
 @pytest.fixture(scope="session")
