@@ -33,6 +33,13 @@ class InvalidInput(WorksetError):
     status = 400
 
 
+class TooLarge(InvalidInput):
+    """The body is larger than this deployment accepts."""
+
+    code = "too_large"
+    status = 413
+
+
 class Unauthorized(WorksetError):
     """No token, or a token that is not valid."""
 

@@ -173,3 +173,10 @@ def test_foreign_cursor_is_refused(admin: Admin) -> None:
     response = admin.call("GET", f"/v1/agents/{agent['id']}/history?cursor=eyJ4IjogMX0=")
     assert response.status_code == 400
     assert response.json_body["error"]["field"] == "cursor"
+
+
+def test_oversized_body_is_413_and_saves_nothing(admin: Admin) -> None:
+    response = admin.call("POST", "/v1/tools", tool_spec(description="x" * 300_000))
+    assert response.status_code == 413
+    assert response.json_body["error"]["code"] == "too_large"
+    assert admin.call("GET", "/v1/tools").json_body["items"] == []

@@ -274,3 +274,8 @@ def test_one_agent_does_not_see_anothers_working_set(admin: Admin, mcp: Mcp) -> 
 
 def _agent_id(admin: Admin) -> str:
     return admin.call("GET", "/v1/agents").json_body["items"][0]["id"]
+
+
+def test_oversized_mcp_body_is_413(mcp: Mcp) -> None:
+    response = mcp.post("tools/call", {"name": "find_tool", "arguments": {"query": "x" * 300_000}})
+    assert response.status_code == 413

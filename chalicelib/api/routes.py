@@ -12,7 +12,8 @@ from chalice import Blueprint, Response
 from chalicelib import accounts, toolbox, workingset
 from chalicelib.api import shapes
 from chalicelib.clock import utcnow
-from chalicelib.errors import InvalidInput, WorksetError
+from chalicelib.config import settings
+from chalicelib.errors import InvalidInput, TooLarge, WorksetError
 from chalicelib.responses import json_response
 from chalicelib.store import history as history_store
 from chalicelib.workingset import Cause, PromotedBy
@@ -120,6 +121,8 @@ def _body() -> Any:
     raw = bp.current_request.raw_body
     if not raw:
         raise InvalidInput("the body must be a JSON object")
+    if len(raw) > settings().max_request_bytes:
+        raise TooLarge(f"the body is larger than {settings().max_request_bytes} bytes")
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError):

@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 from chalice import Blueprint, Response
 
 from chalicelib.config import settings
+from chalicelib.errors import TooLarge
 from chalicelib.mcp import server
 from chalicelib.responses import json_response
 
@@ -24,7 +25,8 @@ def mcp_post() -> Response:
         return json_response(403, {"error": {"code": "forbidden_origin", "message": "this Origin may not call /mcp"}})
     raw = request.raw_body or b""
     if len(raw) > settings().max_request_bytes:
-        return json_response(413, {"error": {"code": "too_large", "message": "the request body is too large"}})
+        error = TooLarge(f"the body is larger than {settings().max_request_bytes} bytes")
+        return json_response(error.status, {"error": error.to_dict()})
     answer = server.handle(raw, headers)
     if answer.body is None:
         return Response(body="", status_code=answer.status, headers=answer.headers)
