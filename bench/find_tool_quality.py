@@ -1,0 +1,169 @@
+"""Quality and speed figures for find_tool's ranking (chalicelib/search.py).
+
+Run from the project root:  python bench/find_tool_quality.py [--sample N]
+
+Reads the corpora in /work/shared/bench (override with --bench-dir):
+* MetaTool: 199 tools, 20,614 queries with one correct tool each -> recall@1, recall@5, MRR@10.
+  The ranking's parameters were tuned on every 10th query (the "tuning" rows); "all" is
+  every query and "held-out" the other 90%.
+* Timing per query at 199 tools and with the toolbox padded to 10,000 tools (MetaTool +
+  LiveMCPBench tools + seeded variants of both), and the index build time at 10,000.
+* LiveMCPBench: 526 tools, 95 tasks; mean share of each task's gold tools in the top 10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+# One BLAS thread, as recommended for Lambda: on a busy 2-core box OpenBLAS's thread pool
+# turns sub-millisecond products into 15 ms spikes. Set the variable to compare.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from chalicelib.search import Document, SearchIndex, _model  # noqa: E402
+
+TUNING_EVERY = 10  # parameters were picked on queries whose index % 10 == 0
+PAD_TO = 10_000
+SEED = 20240601
+
+
+def load_tools(path: Path) -> list[Document]:
+    return [
+        Document(f"{t['vendor']}/{t['name']}", t["vendor"], t["name"], t["description"])
+        for t in json.loads(path.read_text(encoding="utf-8"))
+    ]
+
+
+def ranks(index: SearchIndex, queries: list[tuple[str, str]]) -> tuple[list[int | None], list[float]]:
+    """1-based rank of the gold key in the top 10 (None when absent) and seconds per query."""
+    found: list[int | None] = []
+    seconds: list[float] = []
+    for query, gold in queries:
+        start = time.perf_counter()
+        hits = index.search(query, limit=10)
+        seconds.append(time.perf_counter() - start)
+        keys = [k for k, _ in hits]
+        found.append(keys.index(gold) + 1 if gold in keys else None)
+    return found, seconds
+
+
+def quality(found: list[int | None]) -> dict[str, float]:
+    n = max(len(found), 1)
+    return {
+        "recall@1": sum(r == 1 for r in found) / n,
+        "recall@5": sum(r is not None and r <= 5 for r in found) / n,
+        "mrr@10": sum(1 / r for r in found if r is not None) / n,
+    }
+
+
+def percentile_ms(seconds: list[float], pct: float) -> float:
+    ordered = sorted(seconds)
+    return 1000 * ordered[min(len(ordered) - 1, int(pct / 100 * len(ordered)))]
+
+
+def variants(docs: list[Document], count: int, rng: random.Random) -> list[Document]:
+    """Seeded look-alikes: a made-up vendor and ~15% of the description's words dropped."""
+    out: list[Document] = []
+    syllables = ["ka", "lo", "mi", "ra", "tu", "zen", "vo", "pi", "sa", "nex", "dor", "qui"]
+    while len(out) < count:
+        doc = rng.choice(docs)
+        vendor = "".join(rng.choice(syllables) for _ in range(rng.randint(2, 4)))[:20]
+        vendor = f"{vendor}{rng.randint(0, 999)}"
+        words = doc.description.split()
+        kept = [w for w in words if rng.random() > 0.15] or words
+        out.append(Document(f"{vendor}/{doc.name}", vendor, doc.name, " ".join(kept)))
+    return out
+
+
+def livemcp_share(index: SearchIndex, tasks: list[dict]) -> tuple[float, int]:
+    """Mean share of each task's gold tools found in the top 10, and how many tasks had gold."""
+    shares = []
+    for task in tasks:
+        gold = {f"{g['vendor']}/{g['name']}" for g in task["gold"]}
+        if not gold:
+            continue
+        top = {k for k, _ in index.search(task["query"], limit=10)}
+        shares.append(len(gold & top) / len(gold))
+    return statistics.fmean(shares), len(shares)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sample", type=int, default=0, help="use N evenly spaced MetaTool queries")
+    parser.add_argument("--bench-dir", type=Path, default=Path("/work/shared/bench"))
+    args = parser.parse_args()
+    bench = args.bench_dir
+
+    start = time.perf_counter()
+    _model()
+    model_load = time.perf_counter() - start
+
+    meta_docs = load_tools(bench / "metatool" / "tools.json")
+    with (bench / "metatool" / "queries.csv").open(encoding="utf-8", newline="") as fh:
+        rows = [(i, r["query"], f"{r['vendor']}/{r['name']}") for i, r in enumerate(csv.DictReader(fh))]
+    if args.sample:  # a seeded random sample keeps some tuning and some held-out queries
+        rows = sorted(random.Random(SEED).sample(rows, min(args.sample, len(rows))))
+    queries = [(q, g) for _, q, g in rows]
+
+    start = time.perf_counter()
+    meta_index = SearchIndex.build(meta_docs)
+    build_small = time.perf_counter() - start
+    found, seconds = ranks(meta_index, queries)
+    tuning = [f for (i, _, _), f in zip(rows, found) if i % TUNING_EVERY == 0]
+    held_out = [f for (i, _, _), f in zip(rows, found) if i % TUNING_EVERY != 0]
+    empty = sum(not meta_index.search(q, limit=10) for q, _ in queries[:: max(1, len(queries) // 2000)])
+
+    live_docs = load_tools(bench / "livemcpbench" / "tools.json")
+    tasks = json.loads((bench / "livemcpbench" / "tasks.json").read_text(encoding="utf-8"))
+    live_share, live_tasks = livemcp_share(SearchIndex.build(live_docs), tasks)
+
+    rng = random.Random(SEED)
+    base = meta_docs + live_docs
+    padded = base + variants(base, PAD_TO - len(base), rng)
+    start = time.perf_counter()
+    big_index = SearchIndex.build(padded)
+    build_big = time.perf_counter() - start
+    timing_queries = queries[:: max(1, len(queries) // 2000)]
+    _, big_seconds = ranks(big_index, timing_queries)
+
+    q_all, q_tune, q_held = quality(found), quality(tuning), quality(held_out)
+    print(f"## find_tool ranking benchmark ({datetime.date.today().isoformat()})")
+    print()
+    print(f"Command: `python bench/find_tool_quality.py{' --sample ' + str(args.sample) if args.sample else ''}`")
+    print("Parameters were tuned on every 10th MetaTool query (the tuning rows) only. "
+          f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}, {os.cpu_count()} CPUs.")
+    print()
+    print("| corpus | queries | recall@1 | recall@5 | MRR@10 |")
+    print("|---|---:|---:|---:|---:|")
+    for label, q, n in (("MetaTool, all queries", q_all, len(found)),
+                        ("MetaTool, tuning subset (every 10th)", q_tune, len(tuning)),
+                        ("MetaTool, held-out (the other 90%)", q_held, len(held_out))):
+        cells = " | ".join(f"{q[m]:.3f}" if n else "n/a" for m in ("recall@1", "recall@5", "mrr@10"))
+        print(f"| {label} | {n} | {cells} |")
+    print()
+    print("| measure | value |")
+    print("|---|---:|")
+    print(f"| MetaTool queries answered with [] (of {len(queries[:: max(1, len(queries) // 2000)])}) | {empty} |")
+    print(f"| LiveMCPBench: mean share of gold tools in top 10 ({live_tasks} tasks with gold, "
+          f"{len(live_docs)} tools) | {live_share:.3f} |")
+    print(f"| model load (once per process) | {model_load * 1000:.0f} ms |")
+    print(f"| index build, {len(meta_docs)} tools | {build_small * 1000:.0f} ms |")
+    print(f"| query time, {len(meta_docs)} tools, median / p99 ({len(seconds)} queries) | "
+          f"{percentile_ms(seconds, 50):.2f} / {percentile_ms(seconds, 99):.2f} ms |")
+    print(f"| index build, {len(padded)} tools | {build_big * 1000:.0f} ms |")
+    print(f"| query time, {len(padded)} tools, median / p99 ({len(big_seconds)} queries) | "
+          f"{percentile_ms(big_seconds, 50):.2f} / {percentile_ms(big_seconds, 99):.2f} ms |")
+
+
+if __name__ == "__main__":
+    main()
