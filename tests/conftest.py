@@ -8,6 +8,7 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -60,7 +61,9 @@ def settings_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 @pytest.fixture
 def client() -> Iterator[Client]:
-    with Client(app) as test_client:
+    # project_dir without a .chalice/: the deployment stages' environment variables must not
+    # leak into tests, which set their own above.
+    with Client(app, project_dir=str(Path(__file__).parent)) as test_client:
         yield test_client
 
 
