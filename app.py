@@ -2,7 +2,7 @@
 
 from chalice import Chalice
 
-from chalicelib.api.routes import bp as admin_api
+from chalicelib.api import bp as admin_api
 from chalicelib.mcp.routes import bp as mcp_endpoint
 
 app = Chalice(app_name="workset")

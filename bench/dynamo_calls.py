@@ -51,7 +51,7 @@ OPERATIONS = [
     ("tools/list (5 promoted)", 2),
     ("promote", 3),
     ("demote", 3),
-    ("first-class call of a promoted read tool", 3),
+    ("first-class call of a promoted read tool", 4),  # issue 2 said 3; durable runs add the end write
     ("find_tool, warm instance", 2),
     ("find_tool, cold instance", None),
     ("run_tool (read tool, not promoted)", None),

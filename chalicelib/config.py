@@ -22,6 +22,9 @@ class Settings:
     allow_private_network: bool
     allowed_origins: tuple[str, ...]
     max_request_bytes: int
+    kms_key_id: str
+    approval_ttl_seconds: int
+    lease_margin_seconds: int
 
     @property
     def is_local(self) -> bool:
@@ -52,4 +55,7 @@ def settings() -> Settings:
             origin.strip() for origin in os.environ.get("WORKSET_ALLOWED_ORIGINS", "").split(",") if origin.strip()
         ),
         max_request_bytes=int(os.environ.get("WORKSET_MAX_REQUEST_BYTES", str(256 * 1024))),
+        kms_key_id=os.environ.get("WORKSET_KMS_KEY_ID", f"alias/workset-{stage}"),
+        approval_ttl_seconds=int(os.environ.get("WORKSET_APPROVAL_TTL_SECONDS", str(24 * 3600))),
+        lease_margin_seconds=int(os.environ.get("WORKSET_LEASE_MARGIN_SECONDS", "30")),
     )

@@ -1,178 +1,190 @@
-"""Calling a tool: validate the input, build the vendor request, preview or send it, shape the
-answer. First-class calls and `run_tool` both come through `call`.
+"""Calling a tool as a durable run: validate, wait for a person where a write needs one, hold a
+lease while in flight, execute once, keep the result for `get_run`.
 
-The path is staged so the runs issue slots in: `call` resolves and validates, then hands a
-`PreparedCall` to `execute`, which is where a durable run, the approval gate and credential
-injection go.
+A run's life, and what holds its agent in flight (no demotion while a lease is unexpired):
+
+    call ──(write, never approved)──> awaiting_approval ──approve──> running ──> succeeded | failed
+      │                                   │  lease: approval TTL       lease: vendor timeout + margin
+      │                                   ├──deny──> denied
+      │                                   └──lease runs out──> expired
+      └──(read, dry run, or approved)──> running ──> succeeded | failed
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from datetime import datetime
+import secrets
+from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-from chalicelib import outbound, toolbox
+from chalicelib import connections, toolbox, vendor
+from chalicelib.clock import utcnow
 from chalicelib.config import settings
-from chalicelib.errors import InvalidInput, VendorError, WorksetError
-from chalicelib.outbound import HttpRequest
-from chalicelib.store import agents as agent_store
-from chalicelib.store.records import AgentState
-from chalicelib.toolbox import SAFE_METHODS, Tool
+from chalicelib.errors import Conflict, InvalidInput, NotFound, WorksetError
+from chalicelib.store import runs as run_store
+from chalicelib.store.records import AgentState, Page, Run
+from chalicelib.toolbox import Tool
 from chalicelib.validation import check_instance
+from chalicelib.vendor import Outcome
 
-QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
-ERROR_BODY_PREVIEW = 2000
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A call's answer: `structured` is the tool result's structuredContent."""
-
-    structured: dict[str, Any]
-    is_error: bool = False
-    status: str = "succeeded"
+AWAITING = run_store.AWAITING
+RUNNING = run_store.RUNNING
+FINISHED = frozenset({"succeeded", "failed", "denied", "expired"})
+MAX_STORED_RESULT = 300_000  # DynamoDB items hold 400 KB; a bigger answer is kept clipped
 
 
-@dataclass(frozen=True)
-class PreparedCall:
-    """A validated call, ready to preview or send."""
+class RunNotFound(NotFound):
+    """No such run for this caller (another agent's or account's runs are not found)."""
 
-    state: AgentState
-    tool: Tool
-    arguments: dict[str, Any]
-    request: HttpRequest
-    dry_run: bool
-    redact: frozenset[str] = field(default_factory=frozenset)
+    code = "run_not_found"
 
 
-def call(state: AgentState, vendor: str, name: str, arguments: Any, *, dry_run: bool, now: datetime) -> Outcome:
+def call(state: AgentState, vendor_name: str, name: str, arguments: Any, *, dry_run: bool,
+         now: datetime) -> Outcome:
     """Call a tool for an agent. Unknown tools raise ToolNotFound; every other failure is an
-    error Outcome, never an exception. A first-class call may pass `dryRun` among its arguments
-    unless the tool's own schema has a field of that name."""
-    tool = toolbox.resolve(state.agent.account_id, vendor, name)
-    if isinstance(arguments, dict) and "dryRun" in arguments and "dryRun" not in tool.spec.input_schema.get(
-        "properties", {}
-    ):
-        arguments = dict(arguments)
-        dry_run = dry_run or arguments.pop("dryRun") is True
+    error Outcome. A first-class call may pass `dryRun` among its arguments unless the tool's own
+    schema has a field of that name."""
+    tool = toolbox.resolve(state.agent.account_id, vendor_name, name)
+    arguments, dry_run = _split_dry_run(tool, arguments, dry_run)
     try:
-        prepared = prepare(state, tool, arguments, dry_run=dry_run)
+        check_instance(tool.spec.input_schema, arguments)
     except WorksetError as error:
-        return failure(error)
-    if state.promotion(vendor, name) is not None:
-        agent_store.mark_used(state.agent.agent_id, vendor, name, now)
-    return execute(prepared)
+        return vendor.failure(error)
+    promoted = state.promotion(vendor_name, name) is not None
+    if tool.spec.writes and not dry_run and not state.is_approved(vendor_name, name):
+        lease = now + timedelta(seconds=settings().approval_ttl_seconds)
+        run = _new_run(state, tool, arguments, AWAITING, lease, now, dry_run=False)
+        run_store.start(run, mark_used=promoted)
+        return waiting(run)
+    run = _new_run(state, tool, arguments, RUNNING, now + _running_lease(), now, dry_run=dry_run)
+    run_store.start(run, mark_used=promoted)
+    return _execute(run, tool)
 
 
-def prepare(state: AgentState, tool: Tool, arguments: Any, *, dry_run: bool) -> PreparedCall:
-    """Validate the input against the tool's schema and build the vendor request."""
+def approve(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
+    """Approve a waiting run: remember the approval for its agent and tool, then execute it
+    exactly once (a second approval, concurrent or late, is a conflict)."""
+    run = _account_run(account_id, run_id, now)
+    _must_wait(run)
+    if not run_store.approve(run, approver, now + _running_lease(), now):
+        raise Conflict(f"run {run_id} was decided already")
+    tool = toolbox.resolve_version(account_id, run.vendor, run.name, run.version)
+    _execute(run, tool)
+    return _account_run(account_id, run_id, utcnow())
+
+
+def deny(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
+    """Deny a waiting run: it ends without reaching the vendor."""
+    run = _account_run(account_id, run_id, now)
+    _must_wait(run)
+    if not run_store.deny(run, approver, now):
+        raise Conflict(f"run {run_id} was decided already")
+    return _account_run(account_id, run_id, now)
+
+
+def get_for_agent(state: AgentState, run_id: str, now: datetime) -> Run:
+    """One of this agent's runs; anyone else's is not found."""
+    run = run_store.get(run_id)
+    if run is None or run.agent_id != state.agent.agent_id:
+        raise RunNotFound(f"no run {run_id}")
+    return _expire_if_due(run, now)
+
+
+def get_for_account(account_id: str, run_id: str, now: datetime) -> Run:
+    """One of this account's runs; another account's is not found."""
+    return _account_run(account_id, run_id, now)
+
+
+def list_for_agent(agent_id: str, *, limit: int, cursor: str | None) -> Page:
+    """An agent's runs, newest first."""
+    return run_store.list_for_agent(agent_id, limit=limit, cursor=cursor)
+
+
+def list_pending(account_id: str, *, limit: int, cursor: str | None, now: datetime) -> Page:
+    """Runs waiting for a person, oldest first (those whose wait ran out are left out)."""
+    page = run_store.list_pending(account_id, limit=limit, cursor=cursor)
+    return Page(items=[run for run in page.items if run.lease_expires_at > now], next=page.next)
+
+
+def waiting(run: Run) -> Outcome:
+    """The answer for a call that waits on a person: not a failure."""
+    return Outcome(
+        structured={"status": AWAITING, "run_id": run.run_id, "approval_url": approval_url(run.run_id)},
+        status=AWAITING,
+        run_id=run.run_id,
+    )
+
+
+def approval_url(run_id: str) -> str:
+    """Where a person approves or denies a run."""
+    return f"{settings().public_url}/console/approvals/{run_id}"
+
+
+def _execute(run: Run, tool: Tool) -> Outcome:
+    """Send (or preview) the run's request and record how it ended; never raises."""
+    try:
+        credential = None
+        if tool.spec.connection:
+            credential = connections.credential(run.account_id, tool.spec.connection, tool.spec.request.url)
+        outcome = vendor.perform(vendor.build(tool, run.input, credential), dry_run=run.dry_run)
+    except WorksetError as error:
+        outcome = vendor.failure(error)
+    stored = _storable(outcome.structured)
+    if outcome.is_error:
+        run_store.finish(run, "failed", utcnow(), error=stored)
+    else:
+        run_store.finish(run, "succeeded", utcnow(), result=stored)
+    return Outcome(outcome.structured, outcome.is_error, outcome.status, run_id=run.run_id)
+
+
+def _new_run(state: AgentState, tool: Tool, arguments: dict[str, Any], status: str, lease: datetime,
+             now: datetime, *, dry_run: bool) -> Run:
+    return Run(
+        run_id=f"run{secrets.token_hex(10)}", agent_id=state.agent.agent_id, account_id=state.agent.account_id,
+        vendor=tool.spec.vendor, name=tool.spec.name, version=tool.version.version, input=arguments,
+        status=status, created_at=now, updated_at=now, lease_expires_at=lease, dry_run=dry_run,
+    )
+
+
+def _running_lease() -> timedelta:
+    config = settings()
+    return timedelta(seconds=config.vendor_timeout_seconds + config.lease_margin_seconds)
+
+
+def _split_dry_run(tool: Tool, arguments: Any, dry_run: bool) -> tuple[dict[str, Any], bool]:
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
         raise InvalidInput("input must be a JSON object", field="input")
-    check_instance(tool.spec.input_schema, arguments)
-    return PreparedCall(state, tool, arguments, build_request(tool, arguments), dry_run)
+    if "dryRun" in arguments and "dryRun" not in tool.spec.input_schema.get("properties", {}):
+        arguments = dict(arguments)
+        dry_run = arguments.pop("dryRun") is True or dry_run
+    return arguments, dry_run
 
 
-def execute(prepared: PreparedCall) -> Outcome:
-    """Preview a dry run of a method that could write; send everything else."""
-    request = prepared.request
-    if prepared.dry_run and request.method not in SAFE_METHODS:
-        return Outcome(structured={"preview": preview(request, prepared.redact)}, status="preview")
-    config = settings()
-    try:
-        response = outbound.send(
-            request,
-            timeout=config.vendor_timeout_seconds,
-            max_bytes=config.vendor_max_response_bytes,
-            allow_private=config.allow_private_network,
-        )
-    except WorksetError as error:
-        return failure(error)
-    return _answer(response)
+def _account_run(account_id: str, run_id: str, now: datetime) -> Run:
+    run = run_store.get(run_id)
+    if run is None or run.account_id != account_id:
+        raise RunNotFound(f"no run {run_id}")
+    return _expire_if_due(run, now)
 
 
-def build_request(tool: Tool, arguments: dict[str, Any]) -> HttpRequest:
-    """Fill `{field}` placeholders in the URL (URL-encoded); the rest of the input goes to the
-    query string for GET/HEAD/DELETE and to a JSON body otherwise."""
-    template = tool.spec.request
-    used = template.placeholders()
-    filled = template.url.format_map({name: quote(_scalar(arguments[name]), safe="") for name in used})
-    rest = {key: value for key, value in arguments.items() if key not in used}
-    headers = dict(template.headers)
-    body: bytes | None = None
-    if template.method in QUERY_METHODS:
-        filled = _with_query(filled, rest)
-    else:
-        body = json.dumps(rest).encode()
-        headers["Content-Type"] = "application/json"
-    headers.setdefault("Accept", "application/json")
-    return HttpRequest(method=template.method, url=filled, headers=headers, body=body)
+def _must_wait(run: Run) -> None:
+    if run.status != AWAITING:
+        raise Conflict(f"run {run.run_id} is {run.status}, not awaiting approval")
 
 
-def preview(request: HttpRequest, redact: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """What would be sent, with secret header values replaced."""
-    headers = {
-        name: ("[redacted]" if name.lower() in redact else value) for name, value in request.headers.items()
-    }
-    body: Any = None
-    if request.body:
-        body = json.loads(request.body)
-    return {"method": request.method, "url": request.url, "headers": headers, "body": body}
+def _expire_if_due(run: Run, now: datetime) -> Run:
+    """A run whose lease ran out (nobody decided, or its Lambda died) is recorded as expired the
+    first time anyone looks; the sweep does the same for runs nobody looks at."""
+    if run.status in (AWAITING, RUNNING) and run.lease_expires_at <= now:
+        run_store.expire(run, now)
+        return run_store.get(run.run_id) or run
+    return run
 
 
-def failure(error: WorksetError) -> Outcome:
-    """An error Outcome carrying the error's code and message."""
-    return Outcome(structured={"error": error.to_dict()}, is_error=True, status="failed")
-
-
-def _answer(response: outbound.HttpResponse) -> Outcome:
-    payload = _decode(response.body, response.headers.get("content-type", ""))
-    if not 200 <= response.status < 300:
-        error = VendorError(f"the vendor answered HTTP {response.status}").to_dict()
-        return Outcome(
-            structured={"error": {**error, "status": response.status, "body": _clip(payload)}},
-            is_error=True,
-            status="failed",
-        )
-    structured = payload if isinstance(payload, dict) else {"result": payload}
-    if response.truncated:
-        structured = {"result": _clip(payload), "truncated": True}
-    return Outcome(structured=structured)
-
-
-def _decode(body: bytes, content_type: str) -> Any:
-    text = body.decode("utf-8", errors="replace")
-    if not text:
-        return None
-    if "json" in content_type or text[:1] in "{[":
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _clip(payload: Any) -> Any:
-    text = payload if isinstance(payload, str) else json.dumps(payload)
-    if isinstance(payload, str) or len(text) > ERROR_BODY_PREVIEW:
-        return text[:ERROR_BODY_PREVIEW]
-    return payload
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def _with_query(url: str, params: dict[str, Any]) -> str:
-    if not params:
-        return url
-    parts = urlsplit(url)
-    extra = urlencode({key: _scalar(value) for key, value in params.items()})
-    query = f"{parts.query}&{extra}" if parts.query else extra
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+def _storable(structured: dict[str, Any]) -> dict[str, Any]:
+    text = json.dumps(structured)
+    if len(text) <= MAX_STORED_RESULT:
+        return structured
+    return {"result": text[:MAX_STORED_RESULT], "truncated": True}

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from chalicelib import connections
 from chalicelib.errors import InvalidInput, ToolNotFound
 from chalicelib.search import Document, SearchIndex
 from chalicelib.store import tools as tool_store
@@ -133,8 +134,17 @@ def parse_spec(payload: Any) -> ToolSpec:
     return parse(ToolSpec, payload)
 
 
-def publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime) -> Tool:
-    """Publish `spec` as a new tool or the next version of an existing one."""
+def publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, *,
+            agent_authored: bool = False) -> Tool:
+    """Publish `spec` as a new tool or the next version of an existing one.
+
+    A named connection must belong to the account and vendor and admit the URL's host; a tool
+    an agent authors may only name a connection that is limited to hosts (so an agent cannot
+    send a credential to a host of its choosing).
+    """
+    if spec.connection:
+        connections.check_usable(account_id, spec.connection, spec.vendor, spec.request.url, field="connection",
+                                 require_hosts=agent_authored)
     definition = spec.model_dump(mode="json", exclude_none=True)
     for _ in range(PUBLISH_ATTEMPTS):
         head = tool_store.get_head(account_id, spec.vendor, spec.name)
@@ -155,6 +165,14 @@ def resolve(account_id: str, vendor: str, name: str) -> Tool:
     if head is None:
         raise ToolNotFound(vendor, name)
     return _tool(head)
+
+
+def resolve_version(account_id: str, vendor: str, name: str, version: int) -> Tool:
+    """One published version of a tool (versions never change once published)."""
+    found = tool_store.get_version(account_id, vendor, name, version)
+    if found is None:
+        raise ToolNotFound(vendor, name)
+    return _tool(found)
 
 
 def resolve_many(account_id: str, keys: list[tuple[str, str]]) -> list[Tool]:

@@ -37,11 +37,12 @@ def main() -> None:
     from app import app
     from chalicelib import accounts
     from chalicelib.clock import utcnow
-    from chalicelib.store import tables
+    from chalicelib.store import tables, vault
     from local import demo
     from local.snapshot import Snapshots
 
     names = tables.create_all()
+    vault.ensure_key()
     snapshots = Snapshots(data_dir / "snapshot.json", names) if moto_server else None
     if snapshots:
         snapshots.restore()

@@ -30,10 +30,31 @@ from moto import mock_aws  # noqa: E402
 
 from app import app  # noqa: E402
 from chalicelib import config, toolbox  # noqa: E402
+from chalicelib.store import vault  # noqa: E402
 from chalicelib.store.tables import create_all  # noqa: E402
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
+
+
+def _serialise_moto_writes() -> None:
+    """DynamoDB applies each write (and each transaction) atomically; moto's in-process backend
+    does not guard itself against threads. Concurrency tests need the real guarantee, so every
+    write goes through one lock, as DynamoDB's own serialisation per item would."""
+    from moto.dynamodb.models import DynamoDBBackend
+
+    lock = threading.RLock()
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
+        original = getattr(DynamoDBBackend, name)
+
+        def locked(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            with lock:
+                return __original(self, *args, **kwargs)
+
+        setattr(DynamoDBBackend, name, locked)
+
+
+_serialise_moto_writes()
 
 
 @pytest.fixture(autouse=True)
@@ -41,6 +62,8 @@ def aws() -> Iterator[None]:
     """Every test gets fresh, empty tables in moto, and a cold search cache."""
     with mock_aws():
         create_all()
+        vault._kms.cache_clear()
+        vault.ensure_key()
         toolbox._indexes.clear()
         yield
 

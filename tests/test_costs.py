@@ -26,7 +26,8 @@ CASES: list[tuple[str, int, Callable[[Mcp], object]]] = [
     ("tools/list", 2, lambda mcp: mcp.post("tools/list")),
     ("promote", 3, lambda mcp: mcp.call("promote", {"vendor": "unleashed", "name": "tool-5"})),
     ("demote", 3, lambda mcp: mcp.call("demote", {"vendor": "unleashed", "name": "tool-0"})),
-    ("call", 3, lambda mcp: mcp.call("unleashed__tool-0", {"customer": "acme"})),
+    # A call is a durable run: one write starts it (lease + use), one ends it (result, lease freed).
+    ("call", 4, lambda mcp: mcp.call("unleashed__tool-0", {"customer": "acme"})),
     ("find_tool warm", 2, lambda mcp: mcp.call("find_tool", {"query": "sales orders"})),
 ]
 

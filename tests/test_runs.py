@@ -27,9 +27,10 @@ def _publish_write(admin: Admin, vendor: Vendor, method: str = "POST") -> None:
 
 def test_write_sends_the_rest_of_the_input_as_a_json_body(admin: Admin, mcp: Mcp, vendor: Vendor) -> None:
     _publish_write(admin, vendor)
-    result = mcp.call("run_tool", {"vendor": "unleashed", "name": "create-order",
-                                   "input": {"customer": "c1", "lines": [{"sku": "A"}], "urgent": True}})
-    assert result["isError"] is False
+    waiting = mcp.call("run_tool", {"vendor": "unleashed", "name": "create-order",
+                                    "input": {"customer": "c1", "lines": [{"sku": "A"}], "urgent": True}})
+    approved = admin.call("POST", f"/v1/approvals/{waiting['structuredContent']['run_id']}/approve")
+    assert approved.json_body["status"] == "succeeded"
     sent = vendor.received[0]
     assert (sent["method"], sent["path"]) == ("POST", "/customers/c1/orders")
     assert json.loads(sent["body"]) == {"lines": [{"sku": "A"}], "urgent": True}

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chalicelib.clock import iso
-from chalicelib.store.records import Agent, HistoryEvent, Page, Promotion, ToolVersion
+from chalicelib.store.records import Agent, Connection, HistoryEvent, Page, Promotion, Run, ToolVersion
 
 
 def agent(record: Agent) -> dict[str, Any]:
@@ -57,3 +57,40 @@ def tool_version(record: ToolVersion) -> dict[str, Any]:
 def page(result: Page, shape: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
     """`{"items": [...], "next": cursor-or-null}`."""
     return {"items": [shape(item) for item in result.items], "next": result.next}
+
+
+def run(record: Run) -> dict[str, Any]:
+    """A run: what was called, with what, and how it stands."""
+    shaped = {
+        "id": record.run_id,
+        "agent_id": record.agent_id,
+        "vendor": record.vendor,
+        "name": record.name,
+        "version": record.version,
+        "input": record.input,
+        "dry_run": record.dry_run,
+        "status": record.status,
+        "created_at": iso(record.created_at),
+        "updated_at": iso(record.updated_at),
+        "lease_expires_at": iso(record.lease_expires_at),
+        "result": record.result,
+        "error": record.error,
+        "decided_by": record.decided_by,
+    }
+    return shaped
+
+
+def connection(record: Connection) -> dict[str, Any]:
+    """A connection without its secret: only the kind of credential and where it may go."""
+    auth = {"type": record.auth_type}
+    if record.auth_type == "header":
+        auth["name"] = record.header_name
+    return {
+        "id": record.connection_id,
+        "vendor": record.vendor,
+        "auth": auth,
+        "hosts": list(record.hosts),
+        "status": record.status,
+        "created_at": iso(record.created_at),
+        "revoked_at": iso(record.revoked_at),
+    }

@@ -11,9 +11,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from chalicelib import runs, toolbox, workingset
-from chalicelib.runs import Outcome
+from chalicelib.vendor import Outcome
 from chalicelib.store.records import AgentState
-from chalicelib.toolbox import NAME_PATTERN, Tool
+from chalicelib.toolbox import NAME_PATTERN, Tool, ToolSpec
 from chalicelib.validation import parse
 from chalicelib.workingset import Cause, PromotedBy
 
@@ -48,6 +48,11 @@ class RunToolArgs(ToolRef):
     dryRun: bool = Field(
         default=False, description="Reads reach the vendor; anything else answers a preview and sends nothing."
     )
+
+
+class GetRunArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    run_id: str = Field(min_length=1, max_length=64, description="The run_id a call answered.")
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,30 @@ def _run_tool(call: Call, raw: Any) -> Outcome:
     return runs.call(call.state, args.vendor, args.name, args.input, dry_run=args.dryRun, now=call.now)
 
 
+def _acquire(call: Call, raw: Any) -> Outcome:
+    spec = toolbox.parse_spec(raw)
+    agent_id = call.state.agent.agent_id
+    tool = toolbox.publish(call.state.agent.account_id, spec, published_by=agent_id, now=call.now,
+                           agent_authored=True)
+    change = workingset.promote(call.state, spec.vendor, spec.name, by=PromotedBy.PUBLISH, actor=agent_id,
+                                now=call.now, tool=tool)
+    return Outcome(structured={"vendor": spec.vendor, "name": spec.name, "version": tool.version.version,
+                               "size": change.size})
+
+
+def _get_run(call: Call, raw: Any) -> Outcome:
+    args = parse(GetRunArgs, raw)
+    run = runs.get_for_agent(call.state, args.run_id, call.now)
+    answer: dict[str, Any] = {"run_id": run.run_id, "status": run.status}
+    if run.status == runs.AWAITING:
+        answer["approval_url"] = runs.approval_url(run.run_id)
+    if run.result is not None:
+        answer["result"] = run.result
+    if run.error is not None:
+        answer["error"] = run.error["error"] if "error" in run.error else run.error
+    return Outcome(structured=answer)
+
+
 _WORKING_SET = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 
 META_TOOLS: dict[str, MetaTool] = {
@@ -181,6 +210,24 @@ META_TOOLS: dict[str, MetaTool] = {
             RunToolArgs,
             {"readOnlyHint": False, "openWorldHint": True},
             _run_tool,
+        ),
+        MetaTool(
+            "acquire",
+            "Author a new tool when find_tool finds nothing: give its vendor, name, description, "
+            "input_schema (a JSON Schema object), annotations and the HTTP request it makes. It is "
+            "published to the toolbox (or as the next version of your own tool) and promoted for you. "
+            "Answers vendor, name, version and your list's new size.",
+            ToolSpec,
+            {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": False},
+            _acquire,
+        ),
+        MetaTool(
+            "get_run",
+            "Check a call that waited for a person's approval (or any earlier call) by its run_id: "
+            "answers its status and, once finished, its result.",
+            GetRunArgs,
+            {"readOnlyHint": True, "openWorldHint": False},
+            _get_run,
         ),
     )
 }

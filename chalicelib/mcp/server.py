@@ -12,16 +12,17 @@ from typing import Any
 from mcp_types.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from chalicelib import accounts, runs, workingset
+from chalicelib import accounts, runs, vendor, workingset
 from chalicelib.clock import utcnow
 from chalicelib.errors import WorksetError
 from chalicelib.mcp import protocol
 from chalicelib.mcp.metatools import INSTRUCTIONS, META_TOOLS, Call, split_name, tool_definition
 from chalicelib.mcp.protocol import ProtocolError, Request
-from chalicelib.runs import Outcome
+from chalicelib.vendor import Outcome
 from chalicelib.store.records import AgentState
 
 SERVER_INFO = {"name": "workset", "version": "0.1.0"}
+RUN_ID_META = "io.workset/runId"  # every tool call is a run; get_run and the console know it by this id
 LIST_TTL_MS = 0  # the list changes whenever the agent promotes or demotes: never serve it stale
 
 
@@ -119,18 +120,20 @@ def _call(state: AgentState, name: str, arguments: dict[str, Any], now: datetime
         ref = split_name(name)
         if ref is None:
             raise ProtocolError(INVALID_PARAMS, f"Unknown tool: {name}")
-        vendor, tool_name = ref
-        return runs.call(state, vendor, tool_name, arguments, dry_run=False, now=now)
+        return runs.call(state, *ref, arguments, dry_run=False, now=now)
     except WorksetError as error:
-        return runs.failure(error)
+        return vendor.failure(error)
 
 
 def _tool_result(outcome: Outcome) -> dict[str, Any]:
-    return {
+    result: dict[str, Any] = {
         "content": [{"type": "text", "text": json.dumps(outcome.structured, ensure_ascii=False)}],
         "structuredContent": outcome.structured,
         "isError": outcome.is_error,
     }
+    if outcome.run_id is not None:
+        result["_meta"] = {RUN_ID_META: outcome.run_id}
+    return result
 
 
 def _capabilities() -> dict[str, Any]:

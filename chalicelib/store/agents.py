@@ -59,6 +59,8 @@ def load_state(agent_id: str) -> AgentState | None:
         key_hashes=tuple(settings_item.key_hashes or ()),
         promotions=tuple(promotions),
         approvals=tuple(approvals),
+        leases={run_id: float(expiry) for run_id, expiry in settings_item.leases.as_dict().items()},
+        lease_rev=int(settings_item.lease_rev or 0),
     )
 
 

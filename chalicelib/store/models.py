@@ -10,6 +10,9 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
   its definition, so one GetItem resolves a tool); `V#vendor#name#0000000001` are the immutable
   versions. `account_id` + begins_with("T#") lists the toolbox.
 - `history`: one partition per agent, sorted by event id (time first), append-only.
+- `runs`: one item per call, by run id; `by_agent` lists an agent's runs, the sparse
+  `pending_by_account` lists what waits for a person.
+- `connections`: one partition per account; the secret is KMS ciphertext.
 - `accounts`: the tenant, with a toolbox revision that warm instances compare against to keep
   their search index fresh; `admin-tokens`: token hash -> account, one GetItem per admin call.
 """
@@ -17,9 +20,12 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
 from __future__ import annotations
 
 from pynamodb.attributes import (
+    BinaryAttribute,
+    BooleanAttribute,
     DiscriminatorAttribute,
     JSONAttribute,
     ListAttribute,
+    MapAttribute,
     NumberAttribute,
     UnicodeAttribute,
     UTCDateTimeAttribute,
@@ -96,6 +102,10 @@ class AgentSettingsItem(AgentPartitionItem, discriminator="agent"):
     idle_window_days = NumberAttribute()
     key_hashes = ListAttribute(of=UnicodeAttribute, default=list)
     size = NumberAttribute(default=0)
+    # The runs in flight: run id -> lease expiry (epoch seconds). `lease_rev` moves on with every
+    # run that starts, so a demotion conditioned on the revision it read loses to any new run.
+    leases = MapAttribute(default=dict)
+    lease_rev = NumberAttribute(default=0)
     by_account = AgentsByAccount()
 
 
@@ -155,7 +165,71 @@ class HistoryItem(Model):
     at = UTCDateTimeAttribute()
 
 
-TABLES: tuple[type[Model], ...] = (AccountItem, AdminTokenItem, AgentPartitionItem, ToolboxItem, HistoryItem)
+class RunsByAgent(GlobalSecondaryIndex["RunItem"]):
+    """An agent's runs, newest last."""
+
+    class Meta:
+        index_name = "by_agent"
+        projection = AllProjection()
+
+    agent_id = UnicodeAttribute(hash_key=True)
+    created_at = UTCDateTimeAttribute(range_key=True)
+
+
+class PendingByAccount(GlobalSecondaryIndex["RunItem"]):
+    """Sparse: only runs awaiting approval carry `pending_account_id`."""
+
+    class Meta:
+        index_name = "pending_by_account"
+        projection = AllProjection()
+
+    pending_account_id = UnicodeAttribute(hash_key=True)
+    created_at = UTCDateTimeAttribute(range_key=True)
+
+
+class RunItem(Model):
+    """One call of a tool, from start (or wait for approval) to its result."""
+
+    Meta = _meta("runs")
+    run_id = UnicodeAttribute(hash_key=True)
+    agent_id = UnicodeAttribute()
+    account_id = UnicodeAttribute()
+    vendor = UnicodeAttribute()
+    name = UnicodeAttribute()
+    version = NumberAttribute()
+    input = JSONAttribute()
+    dry_run = BooleanAttribute(default=False)
+    status = UnicodeAttribute()
+    created_at = UTCDateTimeAttribute()
+    updated_at = UTCDateTimeAttribute()
+    lease_expires_at = UTCDateTimeAttribute()
+    result = JSONAttribute(null=True)
+    error = JSONAttribute(null=True)
+    decided_by = UnicodeAttribute(null=True)
+    pending_account_id = UnicodeAttribute(null=True)
+    by_agent = RunsByAgent()
+    pending_by_account = PendingByAccount()
+
+
+class ConnectionItem(Model):
+    """Credentials for one vendor; the secret is stored encrypted (KMS), never returned."""
+
+    Meta = _meta("connections")
+    account_id = UnicodeAttribute(hash_key=True)
+    connection_id = UnicodeAttribute(range_key=True)
+    vendor = UnicodeAttribute()
+    auth_type = UnicodeAttribute()
+    header_name = UnicodeAttribute()
+    ciphertext = BinaryAttribute(legacy_encoding=False)
+    hosts = ListAttribute(of=UnicodeAttribute, default=list)
+    status = UnicodeAttribute()
+    created_at = UTCDateTimeAttribute()
+    revoked_at = UTCDateTimeAttribute(null=True)
+
+
+TABLES: tuple[type[Model], ...] = (
+    AccountItem, AdminTokenItem, AgentPartitionItem, ToolboxItem, HistoryItem, RunItem, ConnectionItem,
+)
 
 
 def promotion_sk(vendor: str, name: str) -> str:

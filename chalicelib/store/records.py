@@ -52,12 +52,19 @@ class Approval:
 
 @dataclass(frozen=True)
 class AgentState:
-    """Everything one Query of the agent's partition tells: settings, keys, set, approvals."""
+    """Everything one Query of the agent's partition tells: settings, keys, set, approvals,
+    and the leases of its runs in flight."""
 
     agent: Agent
     key_hashes: tuple[str, ...]
     promotions: tuple[Promotion, ...]  # in promotion order, oldest first
     approvals: tuple[Approval, ...] = ()
+    leases: dict[str, float] = field(default_factory=dict)  # run id -> lease expiry, epoch seconds
+    lease_rev: int = 0
+
+    def in_flight(self, now: datetime) -> bool:
+        """True while any run of the agent holds an unexpired lease."""
+        return any(expiry > now.timestamp() for expiry in self.leases.values())
 
     def promotion(self, vendor: str, name: str) -> Promotion | None:
         """The promotion of (vendor, name), if it is in the working set."""
@@ -98,3 +105,40 @@ class Page:
 
     items: list[Any] = field(default_factory=list)
     next: str | None = None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One call of a tool and where it stands."""
+
+    run_id: str
+    agent_id: str
+    account_id: str
+    vendor: str
+    name: str
+    version: int
+    input: dict[str, Any]
+    status: str
+    created_at: datetime
+    updated_at: datetime
+    lease_expires_at: datetime
+    dry_run: bool = False
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    decided_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A vendor credential's public face (the secret stays ciphertext in the store)."""
+
+    connection_id: str
+    account_id: str
+    vendor: str
+    auth_type: str
+    header_name: str
+    hosts: tuple[str, ...]
+    status: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+    ciphertext: bytes = field(default=b"", repr=False)

@@ -30,6 +30,14 @@ def get_head(account_id: str, vendor: str, name: str) -> ToolVersion | None:
         return None
 
 
+def get_version(account_id: str, vendor: str, name: str, version: int) -> ToolVersion | None:
+    """One version of a tool, or None."""
+    try:
+        return _record(ToolVersionItem.get(account_id, version_sk(vendor, name, version)))
+    except DoesNotExist:
+        return None
+
+
 def get_heads(account_id: str, tools: Iterable[tuple[str, str]]) -> dict[tuple[str, str], ToolVersion]:
     """The newest versions of several tools in one batch read, keyed by (vendor, name)."""
     keys = [(account_id, head_sk(vendor, name)) for vendor, name in tools]

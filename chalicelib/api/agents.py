@@ -1,0 +1,68 @@
+"""Admin routes for agents: settings, working sets, history, runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chalicelib import accounts, runs, workingset
+from chalicelib.api import shapes
+from chalicelib.api.common import admin_route, body, limit, query, tool_ref
+from chalicelib.clock import utcnow
+from chalicelib.store import history as history_store
+from chalicelib.workingset import Cause, PromotedBy
+
+
+@admin_route("/v1/agents", "POST", status=201)
+def create_agent(account_id: str) -> dict[str, Any]:
+    agent, key = accounts.create_agent(account_id, body(), utcnow())
+    return {**shapes.agent(agent), "api_key": key}
+
+
+@admin_route("/v1/agents", "GET")
+def list_agents(account_id: str) -> dict[str, Any]:
+    page = accounts.list_agents(account_id, limit=limit(), cursor=query("cursor"))
+    return shapes.page(page, shapes.agent)
+
+
+@admin_route("/v1/agents/{agent_id}", "GET")
+def get_agent(account_id: str, agent_id: str) -> dict[str, Any]:
+    return shapes.agent(accounts.get_state(account_id, agent_id).agent)
+
+
+@admin_route("/v1/agents/{agent_id}", "PATCH")
+def update_agent(account_id: str, agent_id: str) -> dict[str, Any]:
+    return shapes.agent(accounts.update_agent(account_id, agent_id, body()))
+
+
+@admin_route("/v1/agents/{agent_id}/working-set", "GET")
+def working_set(account_id: str, agent_id: str) -> dict[str, Any]:
+    state = accounts.get_state(account_id, agent_id)
+    return {"items": [shapes.promotion(p) for p in state.promotions], "next": None}
+
+
+@admin_route("/v1/agents/{agent_id}/working-set", "POST", status=201)
+def promote(account_id: str, agent_id: str) -> dict[str, Any]:
+    ref = tool_ref(body())
+    state = accounts.get_state(account_id, agent_id)
+    change = workingset.promote(state, *ref, by=PromotedBy.CONSOLE, actor="admin", now=utcnow())
+    return {"size": change.size, "changed": change.changed}
+
+
+@admin_route("/v1/agents/{agent_id}/working-set/{vendor}/{name}", "DELETE")
+def demote(account_id: str, agent_id: str, vendor: str, name: str) -> dict[str, Any]:
+    state = accounts.get_state(account_id, agent_id)
+    change = workingset.demote(state, vendor, name, cause=Cause.CONSOLE, actor="admin", now=utcnow())
+    return {"size": change.size, "changed": change.changed}
+
+
+@admin_route("/v1/agents/{agent_id}/history", "GET")
+def history(account_id: str, agent_id: str) -> dict[str, Any]:
+    accounts.get_state(account_id, agent_id)
+    page = history_store.list_events(agent_id, limit=limit(), cursor=query("cursor"))
+    return shapes.page(page, shapes.event)
+
+
+@admin_route("/v1/agents/{agent_id}/runs", "GET")
+def agent_runs(account_id: str, agent_id: str) -> dict[str, Any]:
+    accounts.get_state(account_id, agent_id)
+    return shapes.page(runs.list_for_agent(agent_id, limit=limit(), cursor=query("cursor")), shapes.run)

