@@ -43,12 +43,24 @@ def system_resolver(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(info[4][0] for info in infos))
 
 
-def is_public(address: str) -> bool:
-    """True for a globally routable unicast address (not loopback, private, link-local...)."""
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     ip = ipaddress.ip_address(address)
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
+        return ip.ipv4_mapped
+    return ip
+
+
+def is_public(address: str) -> bool:
+    """True for a globally routable unicast address (not loopback, private, link-local...)."""
+    ip = _ip(address)
     return ip.is_global and not ip.is_multicast
+
+
+def is_never_allowed(address: str) -> bool:
+    """Link-local (where cloud metadata services answer), unspecified and multicast addresses are
+    refused even where a deployment allows private networks: no vendor lives there."""
+    ip = _ip(address)
+    return ip.is_link_local or ip.is_unspecified or ip.is_multicast
 
 
 def check_destination(url: str, *, allow_private: bool, resolver: Resolver = system_resolver) -> str:
@@ -63,13 +75,13 @@ def check_destination(url: str, *, allow_private: bool, resolver: Resolver = sys
         raise VendorError(f"cannot resolve {parts.hostname}") from error
     if not addresses:
         raise VendorError(f"cannot resolve {parts.hostname}")
-    if not allow_private:
-        refused = [address for address in addresses if not is_public(address)]
-        if refused:
-            raise ForbiddenDestination(
-                f"{parts.hostname} resolves to {refused[0]}, a private, loopback or link-local address; "
-                "Workset does not call those"
-            )
+    refused = [address for address in addresses
+               if is_never_allowed(address) or (not allow_private and not is_public(address))]
+    if refused:
+        raise ForbiddenDestination(
+            f"{parts.hostname} resolves to {refused[0]}, a private, loopback or link-local address; "
+            "Workset does not call those"
+        )
     return addresses[0]
 
 

@@ -147,3 +147,10 @@ def test_metadata_url_is_refused_as_a_tool_result_when_private_networks_are_off(
     result = mcp.call("run_tool", {"vendor": "unleashed", "name": "list-sales-orders", "input": {"customer": "c"}})
     assert result["isError"] is True
     assert result["structuredContent"]["error"]["code"] == "forbidden_destination"
+
+
+@pytest.mark.parametrize("address", ["169.254.169.254", "fe80::1", "0.0.0.0", "224.0.0.1"])
+def test_link_local_and_unspecified_are_refused_even_where_private_networks_are_allowed(address: str) -> None:
+    with pytest.raises(ForbiddenDestination):
+        outbound.check_destination("http://metadata.example/", allow_private=True,
+                                   resolver=lambda host, port: [address])
