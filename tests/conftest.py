@@ -160,6 +160,7 @@ class Mcp:
     key: str
     modern: bool = False
     next_id: int = 0
+    capabilities: dict[str, Any] = field(default_factory=dict)
 
     def post(self, method: str, params: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None,
              raw: bytes | None = None, key: str | None = None) -> Any:
@@ -169,7 +170,7 @@ class Mcp:
         if self.modern:
             params["_meta"] = {
                 "io.modelcontextprotocol/protocolVersion": MODERN,
-                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientCapabilities": self.capabilities,
             }
             sent.update({"MCP-Protocol-Version": MODERN, "Mcp-Method": method})
             if method == "tools/call":

@@ -4,9 +4,12 @@
 - The tables of the template are compared with the tables the pynamodb models really create
   (created under moto by conftest's `create_all`, then described): names, keys, attribute types,
   indexes and projections must match exactly.
-- The policies are checked against the DynamoDB calls the store really makes: every public store
-  function is run under moto with its calls recorded; each call must be allowed, and the policy
-  may grant nothing that no call needs.
+- The template's KMS key (connection secrets) and its alias: rotated, retained, administered by
+  the account, named as the function's settings name it.
+- The policies are checked against the DynamoDB and KMS calls the store really makes: every public
+  store function is run under moto with its calls recorded; each call must be allowed, and the
+  policy may grant nothing that no call needs. The KMS grant is conditioned on the key's alias;
+  `allows` evaluates exactly the condition operators the policies use (and fails on any other).
 - `chalice package` runs for real and `cfn-lint` checks what it produced.
 """
 
@@ -26,8 +29,10 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import boto3
 import botocore.client
@@ -45,6 +50,8 @@ RESOURCES = ROOT / "infra" / "resources.json"
 API_GATEWAY_LIMIT_SECONDS = 29  # REST API integration timeout
 LAMBDA_UNZIPPED_LIMIT_BYTES = 250 * 1024 * 1024
 ARN_REGION, ARN_ACCOUNT = "us-east-1", "123456789012"
+# What IAM sees as the resource of an Encrypt or Decrypt: the key itself, never its alias.
+KEY_ARN = f"arn:aws:kms:{ARN_REGION}:{ARN_ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,6 +74,20 @@ def stage_config(stage: str) -> Config:
 
 def table_prefix(stage: str) -> str:
     return stage_config(stage).environment_variables["WORKSET_TABLE_PREFIX"]
+
+
+def deployed_settings(stage: str) -> app_config.Settings:
+    """The settings the stage's function will see: the stage's environment over the app's own
+    defaults (uncached: the process's settings stay as they are)."""
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("WORKSET_")}
+    environment.update(stage_config(stage).environment_variables)
+    with mock.patch.dict(os.environ, environment, clear=True):
+        return app_config.settings.__wrapped__()
+
+
+def key_alias(stage: str) -> str:
+    """The alias the stage's function encrypts with (WORKSET_KMS_KEY_ID or its default)."""
+    return deployed_settings(stage).kms_key_id
 
 
 def policy(stage: str) -> dict[str, Any]:
@@ -159,8 +180,13 @@ def test_template_tables_match_the_models(stage: str) -> None:
     assert declared_tables(template(), stage) == model_tables()
 
 
+def _table(doc: dict[str, Any], suffix: str) -> dict[str, Any]:
+    return next(r for r in template_tables(doc).values()
+                if r["Properties"]["TableName"]["Fn::Sub"].endswith(f"-{suffix}"))
+
+
 def _agents(doc: dict[str, Any]) -> dict[str, Any]:
-    return next(r for r in template_tables(doc).values() if r["Properties"]["TableName"]["Fn::Sub"].endswith("-agents"))
+    return _table(doc, "agents")
 
 
 def _drop_history(doc: dict[str, Any]) -> None:
@@ -192,6 +218,25 @@ def _misname(doc: dict[str, Any]) -> None:
     doc["Resources"]["ToolsTable"]["Properties"]["TableName"] = {"Fn::Sub": "workset-${Stage}-tool"}
 
 
+def _runs_without_pending_index(doc: dict[str, Any]) -> None:
+    runs = _table(doc, "runs")["Properties"]
+    runs["GlobalSecondaryIndexes"] = [i for i in runs["GlobalSecondaryIndexes"] if i["IndexName"] != "pending_by_account"]
+    runs["AttributeDefinitions"] = [a for a in runs["AttributeDefinitions"] if a["AttributeName"] != "pending_account_id"]
+
+
+def _runs_index_on_run_id(doc: dict[str, Any]) -> None:
+    index = _table(doc, "runs")["Properties"]["GlobalSecondaryIndexes"][0]
+    index["KeySchema"][0]["AttributeName"] = "run_id"
+
+
+def _connections_without_range_key(doc: dict[str, Any]) -> None:
+    _table(doc, "connections")["Properties"]["KeySchema"].pop()
+
+
+def _drop_connections(doc: dict[str, Any]) -> None:
+    del doc["Resources"]["ConnectionsTable"]
+
+
 def _extra_table(doc: dict[str, Any]) -> None:
     doc["Resources"]["SpareTable"] = copy.deepcopy(doc["Resources"]["ToolsTable"])
     doc["Resources"]["SpareTable"]["Properties"]["TableName"] = {"Fn::Sub": "workset-${Stage}-spare"}
@@ -199,7 +244,8 @@ def _extra_table(doc: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     "break_it",
-    [_drop_history, _number_key, _keys_only, _rename_index, _no_range_key, _swap_keys, _misname, _extra_table],
+    [_drop_history, _number_key, _keys_only, _rename_index, _no_range_key, _swap_keys, _misname, _extra_table,
+     _runs_without_pending_index, _runs_index_on_run_id, _connections_without_range_key, _drop_connections],
 )
 def test_a_broken_table_definition_fails_the_comparison(break_it: Callable[[dict[str, Any]], None]) -> None:
     broken = template()
@@ -221,6 +267,120 @@ def test_tables_are_on_demand_recoverable_and_retained() -> None:
         assert properties.get("DeletionProtectionEnabled") is True, logical_id
 
 
+# ---------------------------------------------------------------------------------------------
+# The key of the connection secrets
+
+KEY_ADMINISTRATOR = {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}}
+
+
+def secrets_key_problems(doc: dict[str, Any], stage: str) -> list[str]:
+    """What is wrong with the template's KMS key and alias for a stage (nothing: [])."""
+    resources = doc.get("Resources", {})
+    keys = {i: r for i, r in resources.items() if r.get("Type") == "AWS::KMS::Key"}
+    aliases = {i: r for i, r in resources.items() if r.get("Type") == "AWS::KMS::Alias"}
+    if len(keys) != 1 or len(aliases) != 1:
+        return [f"want one key and one alias, found keys {sorted(keys)} and aliases {sorted(aliases)}"]
+    ((key_id, key),) = keys.items()
+    ((alias_id, alias),) = aliases.items()
+    problems = []
+    for logical_id, resource in ((key_id, key), (alias_id, alias)):
+        # a deleted stack must not take the key (and with it every stored secret) along
+        if (resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")) != ("Retain", "Retain"):
+            problems.append(f"{logical_id} is not retained")
+    properties = key.get("Properties", {})
+    if properties.get("EnableKeyRotation") is not True:
+        problems.append("key rotation is off")
+    # Encrypt/Decrypt with an encryption context need a symmetric encryption key
+    if (properties.get("KeySpec", "SYMMETRIC_DEFAULT"), properties.get("KeyUsage", "ENCRYPT_DECRYPT")) != (
+            "SYMMETRIC_DEFAULT", "ENCRYPT_DECRYPT"):
+        problems.append("the key is not a symmetric encryption key")
+    if properties.get("Enabled", True) is not True or properties.get("MultiRegion", False) is not False:
+        problems.append("the key is disabled or multi-Region")
+    # Exactly one statement: the account (root) administers the key, which lets IAM policies,
+    # the function's among them, grant its use. No other principal.
+    key_policy = properties.get("KeyPolicy", {})
+    statements = [{k: v for k, v in s.items() if k != "Sid"} for s in _statements(key_policy)] if key_policy else []
+    if key_policy.get("Version") != "2012-10-17" or statements != [
+            {"Effect": "Allow", "Principal": KEY_ADMINISTRATOR, "Action": "kms:*", "Resource": "*"}]:
+        problems.append(f"the key policy is not the account's alone: {key_policy}")
+    alias_properties = alias.get("Properties", {})
+    name = resolve(alias_properties.get("AliasName"), {"Stage": stage})
+    if name != key_alias(stage):
+        problems.append(f"the alias is {name!r}, the function encrypts with {key_alias(stage)!r}")
+    if alias_properties.get("TargetKeyId") not in ({"Ref": key_id}, {"Fn::GetAtt": [key_id, "Arn"]},
+                                                   {"Fn::GetAtt": [key_id, "KeyId"]}):
+        problems.append(f"the alias does not name {key_id}: {alias_properties.get('TargetKeyId')}")
+    return problems
+
+
+@pytest.mark.parametrize("stage", stages())
+def test_the_secrets_key_is_rotated_retained_and_named_as_the_function_expects(stage: str) -> None:
+    assert key_alias(stage) == f"alias/workset-{stage}"
+    assert secrets_key_problems(template(), stage) == []
+
+
+def test_the_template_holds_the_tables_and_the_secrets_key_and_nothing_else() -> None:
+    types = sorted(resource["Type"] for resource in template()["Resources"].values())
+    assert types == sorted(["AWS::DynamoDB::Table"] * len(TABLES) + ["AWS::KMS::Key", "AWS::KMS::Alias"])
+
+
+def _key(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc["Resources"]["SecretsKey"]
+
+
+def _alias(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc["Resources"]["SecretsKeyAlias"]
+
+
+def _no_rotation(doc: dict[str, Any]) -> None:
+    del _key(doc)["Properties"]["EnableKeyRotation"]
+
+
+def _key_not_retained(doc: dict[str, Any]) -> None:
+    _key(doc)["DeletionPolicy"] = "Delete"
+
+
+def _alias_of_another_stage(doc: dict[str, Any]) -> None:
+    _alias(doc)["Properties"]["AliasName"] = "alias/workset-prod"
+
+
+def _alias_without_stage(doc: dict[str, Any]) -> None:
+    _alias(doc)["Properties"]["AliasName"] = "alias/workset"
+
+
+def _alias_of_another_key(doc: dict[str, Any]) -> None:
+    _alias(doc)["Properties"]["TargetKeyId"] = "1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def _no_alias(doc: dict[str, Any]) -> None:
+    del doc["Resources"]["SecretsKeyAlias"]
+
+
+def _anyone_may_use_the_key(doc: dict[str, Any]) -> None:
+    _key(doc)["Properties"]["KeyPolicy"]["Statement"][0]["Principal"] = {"AWS": "*"}
+
+
+def _second_key_policy_statement(doc: dict[str, Any]) -> None:
+    statements = _key(doc)["Properties"]["KeyPolicy"]["Statement"]
+    statements.append({"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "kms:Decrypt",
+                       "Resource": "*"})
+
+
+def _asymmetric_key(doc: dict[str, Any]) -> None:
+    _key(doc)["Properties"]["KeySpec"] = "RSA_2048"
+
+
+@pytest.mark.parametrize(
+    "break_it",
+    [_no_rotation, _key_not_retained, _alias_of_another_stage, _alias_without_stage, _alias_of_another_key, _no_alias,
+     _anyone_may_use_the_key, _second_key_policy_statement, _asymmetric_key],
+)
+def test_a_broken_secrets_key_fails_the_check(break_it: Callable[[dict[str, Any]], None]) -> None:
+    broken = template()
+    break_it(broken)
+    assert secrets_key_problems(broken, "dev") != []
+
+
 def test_the_stage_parameter_allows_exactly_the_chalice_stages() -> None:
     parameter = template()["Parameters"]["Stage"]
     assert "Default" not in parameter  # a template packaged for one stage must be told which
@@ -238,7 +398,7 @@ def test_the_fragment_alone_passes_cfn_lint() -> None:
 
 
 @pytest.mark.parametrize("stage", stages())
-def test_stage_configuration(stage: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stage_configuration(stage: str) -> None:
     config = stage_config(stage)
     environment = config.environment_variables
     assert config.app_name == "workset"
@@ -250,13 +410,11 @@ def test_stage_configuration(stage: str, monkeypatch: pytest.MonkeyPatch) -> Non
     assert (CHALICE_DIR / config.iam_policy_file).is_file()
 
     # The settings the function will see: the stage's environment and the app's own defaults.
-    for name in [name for name in os.environ if name.startswith("WORKSET_")]:
-        monkeypatch.delenv(name)
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    deployed = app_config.settings.__wrapped__()  # uncached: the process's settings stay as they are
+    deployed = deployed_settings(stage)
     assert deployed.stage == stage
     assert deployed.table_prefix == f"workset-{stage}"
+    # the template's alias (alias/workset-<Stage>) and the policy's condition name this key
+    assert deployed.kms_key_id == f"alias/workset-{stage}"
     # One vendor call may take a connect and a read timeout; API Gateway gives up at 29 s, so the
     # function must stop first (otherwise it runs on, billed, after the client got a 504).
     assert 2 * deployed.vendor_timeout_seconds <= config.lambda_timeout < API_GATEWAY_LIMIT_SECONDS

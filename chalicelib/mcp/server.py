@@ -3,7 +3,6 @@ failure (JSON-RPC errors for bad requests, `isError` results for failed tool cal
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,7 +14,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from chalicelib import accounts, runs, vendor, workingset
 from chalicelib.clock import utcnow
 from chalicelib.errors import WorksetError
-from chalicelib.mcp import protocol
+from chalicelib.mcp import protocol, tasks
 from chalicelib.mcp.metatools import INSTRUCTIONS, META_TOOLS, Call, split_name, tool_definition
 from chalicelib.mcp.protocol import ProtocolError, Request
 from chalicelib.vendor import Outcome
@@ -83,7 +82,7 @@ def _initialize(state: AgentState, request: Request, now: datetime) -> dict[str,
 def _discover(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
     return {
         "supportedVersions": protocol.SUPPORTED_VERSIONS,
-        "capabilities": _capabilities(),
+        "capabilities": _capabilities(modern=True),
         "instructions": INSTRUCTIONS,
         "ttlMs": LIST_TTL_MS,
         "cacheScope": "private",
@@ -109,6 +108,8 @@ def _call_tool(state: AgentState, request: Request, now: datetime) -> dict[str, 
     if not isinstance(name, str) or not isinstance(arguments, dict):
         raise ProtocolError(INVALID_PARAMS, "Invalid params: tools/call needs a name and an arguments object")
     outcome = _call(state, name, arguments, now)
+    if outcome.status == runs.AWAITING and outcome.run_id and tasks.declared(request):
+        return tasks.created(outcome.run_id, state, now)
     return _tool_result(outcome)
 
 
@@ -126,18 +127,17 @@ def _call(state: AgentState, name: str, arguments: dict[str, Any], now: datetime
 
 
 def _tool_result(outcome: Outcome) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "content": [{"type": "text", "text": json.dumps(outcome.structured, ensure_ascii=False)}],
-        "structuredContent": outcome.structured,
-        "isError": outcome.is_error,
-    }
+    result = tasks.tool_result(outcome.structured, is_error=outcome.is_error)
     if outcome.run_id is not None:
         result["_meta"] = {RUN_ID_META: outcome.run_id}
     return result
 
 
-def _capabilities() -> dict[str, Any]:
-    return {"tools": {"listChanged": False}}
+def _capabilities(*, modern: bool = False) -> dict[str, Any]:
+    capabilities: dict[str, Any] = {"tools": {"listChanged": False}}
+    if modern:
+        capabilities["extensions"] = {tasks.EXTENSION: {}}
+    return capabilities
 
 
 def _bearer(value: str | None) -> str | None:
@@ -158,4 +158,5 @@ MODERN_METHODS: dict[str, Handler] = {
     "ping": _ping,
     "tools/list": _list_tools,
     "tools/call": _call_tool,
+    "tasks/get": tasks.get,
 }

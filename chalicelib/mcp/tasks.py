@@ -1,0 +1,84 @@
+"""The 2026-07-28 tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663) for calls that wait
+on a person. Only a client that declares the extension in its request's capabilities gets a
+task; everyone else gets the plain `awaiting_approval` result. A task is a run: its id is the
+run id, and `tasks/get` reads the run."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from mcp_types.jsonrpc import INVALID_PARAMS
+
+from chalicelib import runs
+from chalicelib.clock import iso
+from chalicelib.config import settings
+from chalicelib.errors import WorksetError
+from chalicelib.mcp.protocol import ProtocolError, Request
+from chalicelib.store.records import AgentState, Run
+
+EXTENSION = "io.modelcontextprotocol/tasks"
+POLL_INTERVAL_MS = 5000
+# run status -> task status; a failed vendor call is a completed task whose result is an error
+TASK_STATUS = {
+    runs.AWAITING: "working",
+    runs.RUNNING: "working",
+    "succeeded": "completed",
+    "failed": "completed",
+    "denied": "cancelled",
+    "expired": "cancelled",
+}
+
+
+def declared(request: Request) -> bool:
+    """True when the client's capabilities on this request name the tasks extension."""
+    extensions = request.client_capabilities.get("extensions")
+    return request.modern and isinstance(extensions, dict) and EXTENSION in extensions
+
+
+def created(run_id: str, state: AgentState, now: datetime) -> dict[str, Any]:
+    """The CreateTaskResult answering a call that now waits for a person."""
+    run = runs.get_for_agent(state, run_id, now)
+    return {**_task(run), "resultType": "task"}
+
+
+def get(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
+    """`tasks/get`: the task's state and, once it is finished, the call's result."""
+    task_id = request.params.get("taskId")
+    if not isinstance(task_id, str):
+        raise ProtocolError(INVALID_PARAMS, "Invalid params: tasks/get needs a taskId")
+    try:
+        run = runs.get_for_agent(state, task_id, now)
+    except WorksetError:
+        raise ProtocolError(INVALID_PARAMS, f"Unknown task: {task_id}") from None
+    answer = _task(run)
+    if run.status in ("succeeded", "failed"):
+        structured = run.result if run.status == "succeeded" else run.error
+        answer["result"] = tool_result(structured or {}, is_error=run.status == "failed")
+    return answer
+
+
+def tool_result(structured: dict[str, Any], *, is_error: bool) -> dict[str, Any]:
+    """A CallToolResult carrying `structured` (also as text for clients that read only text)."""
+    return {
+        "content": [{"type": "text", "text": json.dumps(structured, ensure_ascii=False)}],
+        "structuredContent": structured,
+        "isError": is_error,
+    }
+
+
+def _task(run: Run) -> dict[str, Any]:
+    task: dict[str, Any] = {
+        "taskId": run.run_id,
+        "status": TASK_STATUS[run.status],
+        "createdAt": iso(run.created_at),
+        "lastUpdatedAt": iso(run.updated_at),
+        "ttlMs": settings().approval_ttl_seconds * 1000,
+        "pollIntervalMs": POLL_INTERVAL_MS,
+    }
+    if run.status == runs.AWAITING:
+        task["statusMessage"] = f"Waiting for a person to approve it at {runs.approval_url(run.run_id)}"
+    elif run.status in ("denied", "expired"):
+        task["statusMessage"] = f"The call was {run.status}; it never reached the vendor."
+    return task
