@@ -3,10 +3,13 @@ tools in and out of the working set, each one transaction with its history event
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pynamodb.exceptions import UpdateError
+from pynamodb.transactions import TransactWrite
 
 from chalicelib.store import history
 from chalicelib.store.base import ConditionFailed, decode_cursor, encode_cursor, transaction
@@ -98,41 +101,55 @@ def add_promotion(agent_id: str, promotion: Promotion, event: HistoryEvent) -> b
         promoted_at=promotion.promoted_at,
         promoted_by=promotion.promoted_by,
     )
-    try:
-        with transaction() as write:
-            write.save(item, condition=PromotionItem.sk.does_not_exist())
-            write.update(
-                AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK),
-                actions=[AgentSettingsItem.size.add(1)],
-                condition=AgentSettingsItem.agent_id.exists(),
-            )
-            write.save(history.new_item(agent_id, event))
-    except ConditionFailed as failure:
-        if failure.reasons[0] == "ConditionalCheckFailed":
-            return False
-        raise
-    return True
+    return _change_set(
+        agent_id, event, +1, lambda write: write.save(item, condition=PromotionItem.sk.does_not_exist())
+    )
 
 
-def remove_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent) -> bool:
+def remove_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent, *,
+                     guard: DemotionGuard | None = None) -> bool:
     """Take the tool out of the set, count it and record the event, atomically.
 
-    Answers False (and writes nothing) when the tool was not promoted.
+    Answers False (and writes nothing) when the tool was not promoted, or when a `guard` no
+    longer holds (a run started, or the tool was used, after the caller read the agent).
     """
+    condition = PromotionItem.sk.exists()
+    if guard is not None:
+        condition &= (PromotionItem.last_used_at == guard.last_used_at if guard.last_used_at is not None
+                      else PromotionItem.last_used_at.does_not_exist())
+    item = PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name))
+    return _change_set(
+        agent_id, event, -1, lambda write: write.delete(item, condition=condition),
+        lease_rev=guard.lease_rev if guard is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class DemotionGuard:
+    """What a demotion by the rule was entitled on: the agent's lease revision and the tool's last
+    use as read. A run that starts, or a use, after that read makes the demotion fail."""
+
+    lease_rev: int
+    last_used_at: datetime | None
+
+
+def _change_set(agent_id: str, event: HistoryEvent, delta: int, change: Callable[[TransactWrite], None], *,
+                lease_rev: int | None = None) -> bool:
+    """One transaction: the promotion's own write, the set's size, the history event."""
+    condition = AgentSettingsItem.agent_id.exists()
+    if lease_rev is not None:
+        condition &= AgentSettingsItem.lease_rev == lease_rev
     try:
         with transaction() as write:
-            write.delete(
-                PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name)),
-                condition=PromotionItem.sk.exists(),
-            )
+            change(write)
             write.update(
                 AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK),
-                actions=[AgentSettingsItem.size.add(-1)],
-                condition=AgentSettingsItem.agent_id.exists(),
+                actions=[AgentSettingsItem.size.add(delta)],
+                condition=condition,
             )
             write.save(history.new_item(agent_id, event))
     except ConditionFailed as failure:
-        if failure.reasons[0] == "ConditionalCheckFailed":
+        if "ConditionalCheckFailed" in failure.reasons[:2]:
             return False
         raise
     return True
