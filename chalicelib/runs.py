@@ -25,6 +25,7 @@ from chalicelib.store import runs as run_store
 from chalicelib.store.records import AgentState, Page, Run
 from chalicelib.toolbox import Tool
 from chalicelib.validation import check_instance
+from chalicelib.workingset import idle_deadline
 from chalicelib.vendor import Outcome
 
 AWAITING = run_store.AWAITING
@@ -50,14 +51,15 @@ def call(state: AgentState, vendor_name: str, name: str, arguments: Any, *, dry_
         check_instance(tool.spec.input_schema, arguments)
     except WorksetError as error:
         return vendor.failure(error)
-    promoted = state.promotion(vendor_name, name) is not None
+    # a call is a use of a promoted tool: its idle deadline moves to a window from now
+    use_due_at = idle_deadline(state, now) if state.promotion(vendor_name, name) is not None else None
     if tool.spec.writes and not dry_run and not state.is_approved(vendor_name, name):
         lease = now + timedelta(seconds=settings().approval_ttl_seconds)
         run = _new_run(state, tool, arguments, AWAITING, lease, now, dry_run=False)
-        run_store.start(run, mark_used=promoted)
+        run_store.start(run, use_due_at=use_due_at)
         return waiting(run)
     run = _new_run(state, tool, arguments, RUNNING, now + _running_lease(), now, dry_run=dry_run)
-    run_store.start(run, mark_used=promoted)
+    run_store.start(run, use_due_at=use_due_at)
     return _execute(run, tool)
 
 
@@ -87,7 +89,7 @@ def get_for_agent(state: AgentState, run_id: str, now: datetime) -> Run:
     run = run_store.get(run_id)
     if run is None or run.agent_id != state.agent.agent_id:
         raise RunNotFound(f"no run {run_id}")
-    return _expire_if_due(run, now)
+    return expire_if_due(run, now)
 
 
 def get_for_account(account_id: str, run_id: str, now: datetime) -> Run:
@@ -166,7 +168,7 @@ def _account_run(account_id: str, run_id: str, now: datetime) -> Run:
     run = run_store.get(run_id)
     if run is None or run.account_id != account_id:
         raise RunNotFound(f"no run {run_id}")
-    return _expire_if_due(run, now)
+    return expire_if_due(run, now)
 
 
 def _must_wait(run: Run) -> None:
@@ -174,7 +176,7 @@ def _must_wait(run: Run) -> None:
         raise Conflict(f"run {run.run_id} is {run.status}, not awaiting approval")
 
 
-def _expire_if_due(run: Run, now: datetime) -> Run:
+def expire_if_due(run: Run, now: datetime) -> Run:
     """A run whose lease ran out (nobody decided, or its Lambda died) is recorded as expired the
     first time anyone looks; the sweep does the same for runs nobody looks at."""
     if run.status in (AWAITING, RUNNING) and run.lease_expires_at <= now:

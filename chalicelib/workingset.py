@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 
 from chalicelib import toolbox
@@ -58,6 +58,11 @@ class Change:
     tool: Tool | None = None
 
 
+def idle_deadline(state: AgentState, last_activity: datetime) -> datetime:
+    """When the idle rule may demote a tool last used (or promoted) at `last_activity`."""
+    return last_activity + timedelta(days=state.agent.idle_window_days)
+
+
 def promoted_tools(state: AgentState) -> list[Tool]:
     """The promoted tools at their newest versions, in promotion order."""
     keys = [(p.vendor, p.name) for p in state.promotions]
@@ -73,7 +78,10 @@ def promote(state: AgentState, vendor: str, name: str, *, by: PromotedBy, actor:
         return Change(size=size, changed=False, tool=tool)
     event = HistoryEvent(vendor, name, action="promoted", cause=PROMOTION_CAUSES[by].value, actor=actor, at=now)
     promotion = Promotion(vendor, name, promoted_at=now, promoted_by=by.value)
-    changed = agent_store.add_promotion(state.agent.agent_id, promotion, event)
+    changed = agent_store.add_promotion(
+        state.agent.agent_id, state.agent.account_id, promotion, event,
+        due_at=idle_deadline(state, now), over_cap=size + 1 > state.agent.cap,
+    )
     return Change(size=size + 1 if changed else size, changed=changed, tool=tool)
 
 

@@ -57,6 +57,16 @@ def body() -> Any:
         raise InvalidInput("the body is not valid JSON") from None
 
 
+def optional_body() -> dict[str, Any]:
+    """The JSON object body, or {} when there is none."""
+    if not bp.current_request.raw_body:
+        return {}
+    payload = body()
+    if not isinstance(payload, dict):
+        raise InvalidInput("the body must be a JSON object")
+    return payload
+
+
 def query(name: str) -> str | None:
     return (bp.current_request.query_params or {}).get(name)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import connections
+from chalicelib import connections, sweep
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, body, limit, query
 from chalicelib.clock import utcnow
@@ -28,4 +28,5 @@ def get_connection(account_id: str, connection_id: str) -> dict[str, Any]:
 
 @admin_route("/v1/connections/{connection_id}/revoke", "POST")
 def revoke_connection(account_id: str, connection_id: str) -> dict[str, Any]:
-    return shapes.connection(connections.revoke(account_id, connection_id, utcnow()))
+    connection, report = sweep.revoke_connection(account_id, connection_id, utcnow())
+    return {**shapes.connection(connection), **report.to_dict()}

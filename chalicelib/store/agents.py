@@ -3,6 +3,7 @@ tools in and out of the working set, each one transaction with its history event
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,8 +19,11 @@ from chalicelib.store.models import (
     AgentPartitionItem,
     AgentSettingsItem,
     ApprovalItem,
+    SHARDS,
     PromotionItem,
     promotion_sk,
+    shard,
+    tool_key,
 )
 from chalicelib.store.records import Agent, AgentState, Approval, HistoryEvent, Page, Promotion
 
@@ -64,6 +68,7 @@ def load_state(agent_id: str) -> AgentState | None:
         approvals=tuple(approvals),
         leases={run_id: float(expiry) for run_id, expiry in settings_item.leases.as_dict().items()},
         lease_rev=int(settings_item.lease_rev or 0),
+        review_token=settings_item.review_token,
     )
 
 
@@ -76,9 +81,12 @@ def list_agents(account_id: str, *, limit: int, cursor: str | None = None) -> Pa
 
 
 def update_settings(agent_id: str, changes: dict[str, Any]) -> Agent:
-    """Set some of name, cap and idle_window_days; answer the agent as saved."""
+    """Set some of name, cap and idle_window_days; answer the agent as saved. A new cap or window
+    flags the agent for the next sweep, which applies it (and only the sweep does)."""
     item = AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK)
     actions = [getattr(AgentSettingsItem, name).set(value) for name, value in changes.items()]
+    if {"cap", "idle_window_days"} & changes.keys():
+        actions += review_actions(agent_id)
     try:
         item.update(actions=actions, condition=AgentSettingsItem.agent_id.exists())
     except UpdateError as error:
@@ -88,8 +96,10 @@ def update_settings(agent_id: str, changes: dict[str, Any]) -> Agent:
     return _agent(item)
 
 
-def add_promotion(agent_id: str, promotion: Promotion, event: HistoryEvent) -> bool:
-    """Put the tool in the set, count it and record the event, atomically.
+def add_promotion(agent_id: str, account_id: str, promotion: Promotion, event: HistoryEvent, *,
+                  due_at: datetime, over_cap: bool) -> bool:
+    """Put the tool in the set with its idle deadline, count it and record the event, atomically;
+    a set that goes over its cap flags the agent for the sweep.
 
     Answers False (and writes nothing) when the tool was already promoted.
     """
@@ -100,9 +110,12 @@ def add_promotion(agent_id: str, promotion: Promotion, event: HistoryEvent) -> b
         name=promotion.name,
         promoted_at=promotion.promoted_at,
         promoted_by=promotion.promoted_by,
+        tool_key=tool_key(account_id, promotion.vendor, promotion.name),
+        **due_fields(agent_id, due_at),
     )
     return _change_set(
-        agent_id, event, +1, lambda write: write.save(item, condition=PromotionItem.sk.does_not_exist())
+        agent_id, event, +1, lambda write: write.save(item, condition=PromotionItem.sk.does_not_exist()),
+        flag=over_cap,
     )
 
 
@@ -124,6 +137,17 @@ def remove_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent,
     )
 
 
+def due_fields(agent_id: str, due_at: datetime) -> dict[str, Any]:
+    """The attributes that put a promotion in the `due` index at its idle deadline."""
+    return {"due_at": due_at, "due_shard": shard(agent_id, SHARDS)}
+
+
+def review_actions(agent_id: str) -> list[Any]:
+    """The update actions that flag an agent for a whole review at the next sweep."""
+    return [AgentSettingsItem.review_shard.set(shard(agent_id, SHARDS)),
+            AgentSettingsItem.review_token.set(secrets.token_hex(6))]
+
+
 @dataclass(frozen=True)
 class DemotionGuard:
     """What a demotion by the rule was entitled on: the agent's lease revision and the tool's last
@@ -134,35 +158,20 @@ class DemotionGuard:
 
 
 def _change_set(agent_id: str, event: HistoryEvent, delta: int, change: Callable[[TransactWrite], None], *,
-                lease_rev: int | None = None) -> bool:
+                lease_rev: int | None = None, flag: bool = False) -> bool:
     """One transaction: the promotion's own write, the set's size, the history event."""
     condition = AgentSettingsItem.agent_id.exists()
     if lease_rev is not None:
         condition &= AgentSettingsItem.lease_rev == lease_rev
+    actions = [AgentSettingsItem.size.add(delta)] + (review_actions(agent_id) if flag else [])
     try:
         with transaction() as write:
             change(write)
-            write.update(
-                AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK),
-                actions=[AgentSettingsItem.size.add(delta)],
-                condition=condition,
-            )
+            write.update(AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK), actions=actions, condition=condition)
             write.save(history.new_item(agent_id, event))
-    except ConditionFailed as failure:
-        if "ConditionalCheckFailed" in failure.reasons[:2]:
-            return False
-        raise
+    except ConditionFailed:
+        return False  # the promotion (or the guard) did not hold: nothing was written
     return True
-
-
-def mark_used(agent_id: str, vendor: str, name: str, now: datetime) -> None:
-    """Record a use of a promoted tool; a tool demoted meanwhile is left alone."""
-    item = PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name))
-    try:
-        item.update(actions=[PromotionItem.last_used_at.set(now)], condition=PromotionItem.sk.exists())
-    except UpdateError as error:
-        if error.cause_response_code != "ConditionalCheckFailedException":
-            raise
 
 
 def _promotion(item: PromotionItem) -> Promotion:
@@ -172,6 +181,8 @@ def _promotion(item: PromotionItem) -> Promotion:
         promoted_at=item.promoted_at,
         promoted_by=item.promoted_by,
         last_used_at=item.last_used_at,
+        due_at=item.due_at,
+        due_cause=item.due_cause,
     )
 
 

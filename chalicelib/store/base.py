@@ -24,7 +24,9 @@ def connection() -> Connection:
 
 
 class ConditionFailed(Conflict):
-    """A transaction's condition did not hold; `reasons` are the per-item codes, in item order."""
+    """A transaction's condition did not hold; `reasons` are the per-item codes in the order
+    pynamodb sends the items: condition checks, then deletes, then puts, then updates (each
+    group in call order), whatever order the calls were made in."""
 
     def __init__(self, reasons: list[str | None]) -> None:
         super().__init__("the change conflicts with the current state")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import secrets
 
 from chalicelib.clock import iso
@@ -10,11 +11,14 @@ from chalicelib.store.models import HistoryItem
 from chalicelib.store.records import HistoryEvent, Page
 
 
+_sequence = itertools.count()  # orders events of one process that share a time (one sweep's demotions)
+
+
 def new_item(agent_id: str, event: HistoryEvent) -> HistoryItem:
     """The item that records `event`; its id sorts by time and never collides."""
     return HistoryItem(
         agent_id=agent_id,
-        event_id=f"{iso(event.at)}#{secrets.token_hex(4)}",
+        event_id=f"{iso(event.at)}#{next(_sequence):012d}{secrets.token_hex(3)}",
         vendor=event.vendor,
         name=event.name,
         action=event.action,

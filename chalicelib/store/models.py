@@ -19,6 +19,8 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
 
 from __future__ import annotations
 
+import zlib
+
 from pynamodb.attributes import (
     BinaryAttribute,
     BooleanAttribute,
@@ -39,6 +41,7 @@ AGENT_SK = "AGENT"
 PROMOTION_PREFIX = "P#"
 APPROVAL_PREFIX = "A#"
 HEAD_PREFIX = "T#"
+SHARDS = 4  # partitions of each sparse sweep index: a sweep with nothing due makes 2 x SHARDS queries
 VERSION_PREFIX = "V#"
 
 
@@ -92,6 +95,17 @@ class AgentPartitionItem(Model):
     kind = DiscriminatorAttribute()
 
 
+class AgentsToReview(GlobalSecondaryIndex["AgentSettingsItem"]):
+    """Sparse: agents the next sweep must look at as a whole (over their cap, settings changed,
+    a connection revoked). Spread over a few shards so no partition runs hot."""
+
+    class Meta:
+        index_name = "to_review"
+        projection = AllProjection()
+
+    review_shard = UnicodeAttribute(hash_key=True)
+
+
 class AgentSettingsItem(AgentPartitionItem, discriminator="agent"):
     """The agent: name, cap, idle window, key hashes and the working set's size."""
 
@@ -106,7 +120,34 @@ class AgentSettingsItem(AgentPartitionItem, discriminator="agent"):
     # run that starts, so a demotion conditioned on the revision it read loses to any new run.
     leases = MapAttribute(default=dict)
     lease_rev = NumberAttribute(default=0)
+    # Set while the agent needs a whole review by the sweep; `review_token` lets the sweep clear
+    # exactly the flag it saw (a newer flag set meanwhile survives).
+    review_shard = UnicodeAttribute(null=True)
+    review_token = UnicodeAttribute(null=True)
     by_account = AgentsByAccount()
+    to_review = AgentsToReview()
+
+
+class PromotionsDue(GlobalSecondaryIndex["PromotionItem"]):
+    """Every promotion by the moment the idle rule may demote it: the sweep reads only what is
+    due (`due_at <= now`), whatever the size of the fleet."""
+
+    class Meta:
+        index_name = "due"
+        projection = AllProjection()
+
+    due_shard = UnicodeAttribute(hash_key=True)
+    due_at = UTCDateTimeAttribute(range_key=True)
+
+
+class PromotionsByTool(GlobalSecondaryIndex["PromotionItem"]):
+    """Which agents have a tool promoted (revoking a connection demotes them all)."""
+
+    class Meta:
+        index_name = "by_tool"
+        projection = AllProjection()
+
+    tool_key = UnicodeAttribute(hash_key=True)
 
 
 class PromotionItem(AgentPartitionItem, discriminator="promotion"):
@@ -117,6 +158,14 @@ class PromotionItem(AgentPartitionItem, discriminator="promotion"):
     promoted_at = UTCDateTimeAttribute()
     promoted_by = UnicodeAttribute()
     last_used_at = UTCDateTimeAttribute(null=True)
+    # The idle rule's deadline: last use (or promotion) plus the idle window, kept current by every
+    # write that moves either; a revocation makes it due at once with its own cause.
+    due_at = UTCDateTimeAttribute(null=True)
+    due_shard = UnicodeAttribute(null=True)
+    due_cause = UnicodeAttribute(null=True)
+    tool_key = UnicodeAttribute(null=True)
+    due = PromotionsDue()
+    by_tool = PromotionsByTool()
 
 
 class ApprovalItem(AgentPartitionItem, discriminator="approval"):
@@ -235,6 +284,16 @@ TABLES: tuple[type[Model], ...] = (
 def promotion_sk(vendor: str, name: str) -> str:
     """Range key of a promotion item."""
     return f"{PROMOTION_PREFIX}{vendor}#{name}"
+
+
+def tool_key(account_id: str, vendor: str, name: str) -> str:
+    """The `by_tool` index key of a tool."""
+    return f"{account_id}#{vendor}#{name}"
+
+
+def shard(key: str, shards: int) -> str:
+    """A stable shard label for `key` (spreads a sparse index over a few partitions)."""
+    return f"s{zlib.crc32(key.encode()) % shards}"
 
 
 def approval_sk(vendor: str, name: str) -> str:

@@ -38,6 +38,8 @@ class Promotion:
     promoted_at: datetime
     promoted_by: str
     last_used_at: datetime | None = None
+    due_at: datetime | None = None
+    due_cause: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class AgentState:
     approvals: tuple[Approval, ...] = ()
     leases: dict[str, float] = field(default_factory=dict)  # run id -> lease expiry, epoch seconds
     lease_rev: int = 0
+    review_token: str | None = None  # set while the agent is flagged for the sweep
 
     def in_flight(self, now: datetime) -> bool:
         """True while any run of the agent holds an unexpired lease."""

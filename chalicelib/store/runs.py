@@ -13,6 +13,7 @@ from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
 
+from chalicelib.store.agents import due_fields
 from chalicelib.store.base import ConditionFailed, decode_cursor, encode_cursor, transaction
 from chalicelib.store.models import (
     AGENT_SK,
@@ -29,20 +30,22 @@ AWAITING = "awaiting_approval"
 RUNNING = "running"
 
 
-def start(run: Run, *, mark_used: bool) -> None:
-    """Write the run, take its lease, and (for a promoted tool) record the use, atomically.
+def start(run: Run, *, use_due_at: datetime | None) -> None:
+    """Write the run, take its lease, and (for a promoted tool, `use_due_at` given) record the use
+    and move the tool's idle deadline, atomically.
 
     A promotion that was demoted meanwhile is no reason to refuse the run: the use is dropped.
     """
     try:
-        _start(run, mark_used=mark_used)
+        _start(run, use_due_at=use_due_at)
     except ConditionFailed as failure:
-        if not (mark_used and failure.reasons[2:3] == ["ConditionalCheckFailed"]):
+        # items go as [put run, update agent, update promotion]: the last one is the use
+        if not (use_due_at and failure.reasons[-1:] == ["ConditionalCheckFailed"]):
             raise
-        _start(run, mark_used=False)
+        _start(run, use_due_at=None)
 
 
-def _start(run: Run, *, mark_used: bool) -> None:
+def _start(run: Run, *, use_due_at: datetime | None) -> None:
     with transaction() as write:
         write.save(_item(run), condition=RunItem.run_id.does_not_exist())
         write.update(
@@ -53,10 +56,12 @@ def _start(run: Run, *, mark_used: bool) -> None:
             ],
             condition=AgentSettingsItem.agent_id.exists(),
         )
-        if mark_used:
+        if use_due_at is not None:
             write.update(
                 PromotionItem(agent_id=run.agent_id, sk=promotion_sk(run.vendor, run.name)),
-                actions=[PromotionItem.last_used_at.set(run.created_at)],
+                actions=[PromotionItem.last_used_at.set(run.created_at),
+                         *(getattr(PromotionItem, key).set(value)
+                           for key, value in due_fields(run.agent_id, use_due_at).items())],
                 condition=PromotionItem.sk.exists(),
             )
 

@@ -1,0 +1,76 @@
+"""What the sweep reads and the bookkeeping it writes. Everything here is a query of a sparse
+index or a write to one item: a sweep over a fleet with nothing due costs 2 x SHARDS queries."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pynamodb.exceptions import UpdateError
+
+from chalicelib.store.agents import due_fields, review_actions
+from chalicelib.store.models import AGENT_SK, SHARDS, AgentSettingsItem, PromotionItem, promotion_sk, tool_key
+
+
+def due_agents(now: datetime) -> dict[str, str | None]:
+    """Agents with a promotion whose idle deadline has passed (agent id -> account id, if known)."""
+    found: dict[str, str | None] = {}
+    for index in range(SHARDS):
+        for item in PromotionItem.due.query(f"s{index}", PromotionItem.due_at <= now):
+            found[item.agent_id] = (item.tool_key or "").split("#", 1)[0] or None
+    return found
+
+
+def agents_to_review() -> dict[str, str | None]:
+    """Agents flagged for a whole review (agent id -> account id)."""
+    found: dict[str, str | None] = {}
+    for index in range(SHARDS):
+        for item in AgentSettingsItem.to_review.query(f"s{index}"):
+            found[item.agent_id] = item.account_id
+    return found
+
+
+def clear_review(agent_id: str, token: str) -> bool:
+    """Drop the flag the sweep acted on; a flag set again meanwhile (another token) stays."""
+    return _update(
+        AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK),
+        [AgentSettingsItem.review_shard.remove(), AgentSettingsItem.review_token.remove()],
+        AgentSettingsItem.review_token == token,
+    )
+
+
+def move_deadline(agent_id: str, vendor: str, name: str, due_at: datetime, *,
+                  last_used_at: datetime | None) -> bool:
+    """Correct a promotion's idle deadline, unless it was used since it was read."""
+    condition = PromotionItem.sk.exists() & (
+        PromotionItem.last_used_at == last_used_at if last_used_at is not None
+        else PromotionItem.last_used_at.does_not_exist()
+    )
+    actions = [getattr(PromotionItem, key).set(value) for key, value in due_fields(agent_id, due_at).items()]
+    return _update(PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name)), actions, condition)
+
+
+def agents_with_tool(account_id: str, vendor: str, name: str) -> list[str]:
+    """The agents that have this tool promoted now."""
+    return [item.agent_id for item in PromotionItem.by_tool.query(tool_key(account_id, vendor, name))]
+
+
+def make_due(agent_id: str, vendor: str, name: str, now: datetime, cause: str) -> bool:
+    """Make a promotion due at once with its own cause, and flag its agent for the sweep."""
+    actions = [PromotionItem.due_cause.set(cause),
+               *(getattr(PromotionItem, key).set(value) for key, value in due_fields(agent_id, now).items())]
+    marked = _update(PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name)), actions,
+                     PromotionItem.sk.exists())
+    if marked:
+        _update(AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK), review_actions(agent_id),
+                AgentSettingsItem.agent_id.exists())
+    return marked
+
+
+def _update(item: AgentSettingsItem | PromotionItem, actions: list, condition: object) -> bool:
+    try:
+        item.update(actions=actions, condition=condition)
+    except UpdateError as error:
+        if error.cause_response_code == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True

@@ -1,0 +1,164 @@
+"""The rule: every five minutes, for each agent with something due, demote what it left idle,
+then what exceeds its cap; never while it has a run in flight.
+
+Finding the work costs the same for 10 agents or 100,000: only promotions whose idle deadline
+has passed (the sparse `due` index) and agents flagged for a whole review (the sparse
+`to_review` index: over the cap, settings changed, a connection revoked) are read. Each agent
+found costs one Query plus one transaction per demotion, so a sweep with D due demotions is
+O(D). More agents than one Lambda should handle go out in batches to workers (`dispatch`).
+
+The guard, as a timeline of one demotion (the condition is evaluated by DynamoDB in the same
+transaction that removes the promotion, counts the set and appends the history event):
+
+    sweep reads agent A: lease_rev = 7, no unexpired lease, tool T last used at L
+        |                                   a run of A starts: lease_rev 7 -> 8 (same write
+        |                                   as its run item), or T is used: last_used_at -> L'
+        v
+    sweep writes: delete T  IF  T.last_used_at = L  AND  A.lease_rev = 7
+        -> cancelled: the run (or the use) wins; the sweep reports it held and moves on to the
+           next agent, without retrying. What it could not demote stays due for a later sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from chalicelib import connections, runs, toolbox
+from chalicelib.store import agents as agent_store
+from chalicelib.store import runs as run_store
+from chalicelib.store import sweep as sweep_store
+from chalicelib.store.agents import DemotionGuard
+from chalicelib.store.records import AgentState, Connection, HistoryEvent, Promotion
+from chalicelib.workingset import Cause
+
+RULE = "rule"  # the actor of the rule's demotions in history
+INLINE_AGENTS = 200  # more agents than this are handed to workers in batches
+BATCH = 25
+
+Dispatch = Callable[[list[str]], None]
+
+
+@dataclass
+class Report:
+    """What one sweep did: the demotions it made and the ones it held back (and why)."""
+
+    demoted: list[dict[str, str]] = field(default_factory=list)
+    held: list[dict[str, str]] = field(default_factory=list)
+    dispatched: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The shape `POST /v1/sweep` answers."""
+        return {"demoted": self.demoted, "held": self.held, "dispatched": self.dispatched}
+
+
+def run(now: datetime, *, account_id: str | None = None, dispatch: Dispatch | None = None) -> Report:
+    """One sweep over every agent with something due (or only `account_id`'s agents)."""
+    found = {**sweep_store.due_agents(now), **sweep_store.agents_to_review()}
+    agent_ids = sorted(agent for agent, account in found.items() if account_id in (None, account))
+    report = Report()
+    if dispatch is not None and len(agent_ids) > INLINE_AGENTS:
+        for start in range(0, len(agent_ids), BATCH):
+            dispatch(agent_ids[start:start + BATCH])
+        report.dispatched = len(agent_ids)
+        return report
+    review_all(agent_ids, now, report)
+    return report
+
+
+def review_all(agent_ids: Iterable[str], now: datetime, report: Report | None = None) -> Report:
+    """Apply the rule to each agent in turn (a worker's batch, or the inline sweep)."""
+    report = report or Report()
+    for agent_id in agent_ids:
+        state = agent_store.load_state(agent_id)
+        if state is not None:
+            review(state, now, report)
+    return report
+
+
+def review(state: AgentState, now: datetime, report: Report) -> None:
+    """Idle, then cap, for one agent, every demotion guarded; then the bookkeeping."""
+    agent_id = state.agent.agent_id
+    _expire_lapsed_runs(state, now)
+    due = [(promotion, cause) for promotion in state.promotions if (cause := _idle_cause(state, promotion, now))]
+    if state.in_flight(now):
+        report.held += [_entry(agent_id, p, cause.value, reason="run_in_flight") for p, cause in due]
+        return  # flags and deadlines stay: a later sweep finds the agent again
+    remaining = list(state.promotions)
+    for promotion, cause in due:
+        if not _demote(state, promotion, cause, now, report):
+            return
+        remaining.remove(promotion)
+    excess = len(remaining) - state.agent.cap
+    never_called = sorted((p for p in remaining if p.last_used_at is None), key=lambda p: (p.promoted_at, p.name))
+    for promotion in never_called[:max(excess, 0)]:
+        if not _demote(state, promotion, Cause.CAP, now, report):
+            return
+        remaining.remove(promotion)
+    _keep_books(state, remaining)
+
+
+def revoke_connection(account_id: str, connection_id: str, now: datetime) -> tuple[Connection, Report]:
+    """Revoke a connection and demote, for every agent, the promoted tools that use it (cause
+    `connection_revoked`). An agent with a run in flight keeps them until a later sweep, which
+    finds them due with that cause."""
+    connection = connections.revoke(account_id, connection_id, now)
+    agents: set[str] = set()
+    for tool in toolbox.using_connection(account_id, connection_id):
+        vendor, name = tool.key
+        for agent_id in sweep_store.agents_with_tool(account_id, vendor, name):
+            if sweep_store.make_due(agent_id, vendor, name, now, Cause.CONNECTION_REVOKED.value):
+                agents.add(agent_id)
+    return connection, review_all(sorted(agents), now)
+
+
+def _idle_cause(state: AgentState, promotion: Promotion, now: datetime) -> Cause | None:
+    if promotion.due_cause:
+        return Cause(promotion.due_cause)
+    last_activity = promotion.last_used_at or promotion.promoted_at
+    if last_activity + timedelta(days=state.agent.idle_window_days) < now:
+        return Cause.IDLE
+    return None
+
+
+def _demote(state: AgentState, promotion: Promotion, cause: Cause, now: datetime, report: Report) -> bool:
+    agent_id = state.agent.agent_id
+    event = HistoryEvent(promotion.vendor, promotion.name, action="demoted", cause=cause.value, actor=RULE, at=now)
+    guard = DemotionGuard(lease_rev=state.lease_rev, last_used_at=promotion.last_used_at)
+    if agent_store.remove_promotion(agent_id, promotion.vendor, promotion.name, event, guard=guard):
+        report.demoted.append(_entry(agent_id, promotion, cause.value))
+        return True
+    report.held.append(_entry(agent_id, promotion, cause.value, reason="changed_since_read"))
+    return False
+
+
+def _keep_books(state: AgentState, remaining: list[Promotion]) -> None:
+    """Correct idle deadlines that no longer match the settings (so the due index does not keep
+    returning them), and drop the review flag the sweep acted on."""
+    window = timedelta(days=state.agent.idle_window_days)
+    for promotion in remaining:
+        deadline = (promotion.last_used_at or promotion.promoted_at) + window
+        if promotion.due_at != deadline:
+            sweep_store.move_deadline(state.agent.agent_id, promotion.vendor, promotion.name, deadline,
+                                      last_used_at=promotion.last_used_at)
+    if state.review_token:
+        sweep_store.clear_review(state.agent.agent_id, state.review_token)
+
+
+def _expire_lapsed_runs(state: AgentState, now: datetime) -> None:
+    """Runs whose lease ran out (a wait nobody decided, a Lambda that died) are ended as expired,
+    which also frees their lease entries."""
+    for run_id, expiry in state.leases.items():
+        if expiry <= now.timestamp():
+            run = run_store.get(run_id)
+            if run is not None:
+                runs.expire_if_due(run, now)
+
+
+def _entry(agent_id: str, promotion: Promotion, cause: str, *, reason: str | None = None) -> dict[str, str]:
+    entry = {"agent_id": agent_id, "vendor": promotion.vendor, "name": promotion.name, "cause": cause}
+    if reason is not None:
+        entry["reason"] = reason
+    return entry
