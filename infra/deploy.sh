@@ -7,7 +7,16 @@
 # This is the route that creates the DynamoDB tables (`chalice deploy` does not). It keeps the
 # three names of a stage in step: `chalice package --stage S`, the template parameter Stage=S
 # (table names workset-S-*), and the stack name workset-S (the function's log group,
-# /aws/lambda/workset-S-APIHandler-..., must start with workset-S for the role to write to it).
+# /aws/lambda/workset-S-APIHandler-... and workset-S-Sweep-..., must start with workset-S for the
+# role to write to it).
+#
+# The stack also makes the KMS key of connection secrets and its alias alias/workset-S, which is
+# the function's default WORKSET_KMS_KEY_ID; the role may Encrypt/Decrypt only with the key that
+# alias names. Tables, key and alias are retained when the stack goes: a new stack of the same
+# stage must import them (or they must be removed by hand) before it can be created.
+# DynamoDB adds at most one global secondary index per table per update: a stack made before a
+# table gained several indexes (agents: to_review, by_tool, due) must be brought there one index
+# per deploy (edit a copy of the template), or CloudFormation rolls the update back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

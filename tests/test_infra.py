@@ -218,10 +218,20 @@ def _misname(doc: dict[str, Any]) -> None:
     doc["Resources"]["ToolsTable"]["Properties"]["TableName"] = {"Fn::Sub": "workset-${Stage}-tool"}
 
 
+def _drop_index(doc: dict[str, Any], suffix: str, index: str, attribute: str) -> None:
+    """The index gone, and the attribute only it keyed (as one would write it by hand)."""
+    properties = _table(doc, suffix)["Properties"]
+    properties["GlobalSecondaryIndexes"] = [i for i in properties["GlobalSecondaryIndexes"] if i["IndexName"] != index]
+    properties["AttributeDefinitions"] = [a for a in properties["AttributeDefinitions"]
+                                          if a["AttributeName"] != attribute]
+
+
 def _runs_without_pending_index(doc: dict[str, Any]) -> None:
-    runs = _table(doc, "runs")["Properties"]
-    runs["GlobalSecondaryIndexes"] = [i for i in runs["GlobalSecondaryIndexes"] if i["IndexName"] != "pending_by_account"]
-    runs["AttributeDefinitions"] = [a for a in runs["AttributeDefinitions"] if a["AttributeName"] != "pending_account_id"]
+    _drop_index(doc, "runs", "pending_by_account", "pending_account_id")
+
+
+def _agents_without_review_index(doc: dict[str, Any]) -> None:
+    _drop_index(doc, "agents", "to_review", "review_shard")
 
 
 def _runs_index_on_run_id(doc: dict[str, Any]) -> None:
@@ -245,7 +255,8 @@ def _extra_table(doc: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     "break_it",
     [_drop_history, _number_key, _keys_only, _rename_index, _no_range_key, _swap_keys, _misname, _extra_table,
-     _runs_without_pending_index, _runs_index_on_run_id, _connections_without_range_key, _drop_connections],
+     _runs_without_pending_index, _agents_without_review_index, _runs_index_on_run_id,
+     _connections_without_range_key, _drop_connections],
 )
 def test_a_broken_table_definition_fails_the_comparison(break_it: Callable[[dict[str, Any]], None]) -> None:
     broken = template()
@@ -435,18 +446,69 @@ def _as_list(value: str | list[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def allows(document: dict[str, Any], action: str, resource: str) -> bool:
-    """Whether an identity policy with Allow statements only grants `action` on `resource`."""
+Context = dict[str, str | list[str]]
+
+
+def _condition_holds(operator: str, key: str, wanted: list[str], context: Context) -> bool:
+    """One condition of a statement, as IAM evaluates it; only the operators the policies use
+    (any other fails the test, so a new one cannot pass unevaluated)."""
+    present = {name.lower(): value for name, value in context.items()}.get(key.lower())
+    values = _as_list(present) if present is not None else []
+    if operator == "StringEquals":  # single-valued key: absent never matches
+        return len(values) == 1 and values[0] in wanted
+    if operator == "ForAnyValue:StringEquals":  # some request value is wanted; absent: false
+        return any(value in wanted for value in values)
+    if operator == "ForAllValues:StringEquals":  # every request value is wanted; absent: TRUE
+        return all(value in wanted for value in values)
+    if operator == "Null":
+        assert wanted in (["true"], ["false"]), wanted
+        return (not values) == (wanted == ["true"])
+    raise AssertionError(f"allows() cannot evaluate condition operator {operator!r}: teach it, precisely")
+
+
+def allows(document: dict[str, Any], action: str, resource: str, context: Context | None = None) -> bool:
+    """Whether an identity policy with Allow statements only grants `action` on `resource` for a
+    request carrying the condition keys of `context` (an absent key is absent from the request)."""
     for statement in _statements(document):
         assert statement["Effect"] == "Allow" and "NotAction" not in statement and "NotResource" not in statement
-        if "Condition" in statement:
-            continue
         actions = [a.lower() for a in _as_list(statement["Action"])]
-        if any(fnmatch.fnmatchcase(action.lower(), pattern) for pattern in actions) and any(
-            fnmatch.fnmatchcase(resource, pattern) for pattern in _as_list(statement["Resource"])
-        ):
+        if not any(fnmatch.fnmatchcase(action.lower(), pattern) for pattern in actions):
+            continue
+        if not any(fnmatch.fnmatchcase(resource, pattern) for pattern in _as_list(statement["Resource"])):
+            continue
+        # operators AND together, and so do the keys within one operator
+        if all(_condition_holds(operator, key, _as_list(wanted), context or {})
+               for operator, keys in statement.get("Condition", {}).items() for key, wanted in keys.items()):
             return True
     return False
+
+
+def test_allows_evaluates_conditions_as_iam_does() -> None:
+    document = {"Statement": [{
+        "Effect": "Allow", "Action": "kms:Decrypt", "Resource": "arn:aws:kms:*:*:key/*",
+        "Condition": {"ForAnyValue:StringEquals": {"kms:ResourceAliases": "alias/a"},
+                      "ForAllValues:StringEquals": {"kms:EncryptionContextKeys": ["k1", "k2"]},
+                      "Null": {"kms:EncryptionContextKeys": "false"}},
+    }]}
+    good = {"kms:ResourceAliases": ["alias/b", "alias/a"], "kms:EncryptionContextKeys": ["k1"]}
+    assert allows(document, "kms:Decrypt", KEY_ARN, good)
+    assert allows(document, "KMS:decrypt", KEY_ARN, {name.upper(): value for name, value in good.items()})
+    assert not allows(document, "kms:Decrypt", KEY_ARN, good | {"kms:ResourceAliases": ["alias/b"]})
+    assert not allows(document, "kms:Decrypt", KEY_ARN, {"kms:EncryptionContextKeys": ["k1"]})  # no alias
+    assert not allows(document, "kms:Decrypt", KEY_ARN, good | {"kms:EncryptionContextKeys": ["k1", "k3"]})
+    assert not allows(document, "kms:Decrypt", KEY_ARN, {"kms:ResourceAliases": ["alias/a"]})  # no context
+    assert not allows(document, "kms:Decrypt", KEY_ARN)
+    assert not allows(document, "kms:Encrypt", KEY_ARN, good)
+    assert not allows(document, "kms:Decrypt", "arn:aws:kms:us-east-1:123456789012:alias/a", good)
+    single = {"Statement": [{"Effect": "Allow", "Action": "kms:Encrypt", "Resource": "*",
+                             "Condition": {"StringEquals": {"kms:RequestAlias": "alias/a"}}}]}
+    assert allows(single, "kms:Encrypt", KEY_ARN, {"kms:RequestAlias": "alias/a"})
+    assert not allows(single, "kms:Encrypt", KEY_ARN, {"kms:RequestAlias": "alias/b"})
+    assert not allows(single, "kms:Encrypt", KEY_ARN)
+    unknown = {"Statement": [{"Effect": "Allow", "Action": "kms:Encrypt", "Resource": "*",
+                              "Condition": {"StringLike": {"kms:RequestAlias": "alias/*"}}}]}
+    with pytest.raises(AssertionError, match="cannot evaluate"):
+        allows(unknown, "kms:Encrypt", KEY_ARN, {"kms:RequestAlias": "alias/a"})
 
 
 def table_arn(stage: str, suffix: str, index: str | None = None, *, region: str = ARN_REGION,
@@ -455,26 +517,64 @@ def table_arn(stage: str, suffix: str, index: str | None = None, *, region: str 
     return f"{arn}/index/{index}" if index else arn
 
 
-def iam_requests(operation: str, params: dict[str, Any]) -> Iterator[tuple[str, str, str | None]]:
-    """The (IAM action, table, index) pairs one DynamoDB API call is authorized against."""
+@dataclass(frozen=True)
+class Call:
+    """One authorization a store call needs, independent of the stage: a DynamoDB action on a
+    table (by its name without the prefix) or index, or a KMS action on the secrets key."""
+
+    action: str
+    table: str | None = None
+    index: str | None = None
+    encryption_context_keys: tuple[str, ...] = ()
+    by_alias: bool = False  # the request named the key by its alias (kms:RequestAlias)
+
+    def request(self, stage: str) -> tuple[str, str, Context]:
+        """(action, resource, condition keys) as IAM sees the call made by the stage's function."""
+        if self.action.startswith("dynamodb:"):
+            assert self.table is not None
+            return self.action, table_arn(stage, self.table, self.index), {}
+        context: Context = {"kms:ResourceAliases": [key_alias(stage)]}
+        if self.encryption_context_keys:
+            context["kms:EncryptionContextKeys"] = list(self.encryption_context_keys)
+        if self.by_alias:
+            context["kms:RequestAlias"] = key_alias(stage)
+        return self.action, KEY_ARN, context
+
+
+def dynamodb_calls(operation: str, params: dict[str, Any]) -> Iterator[Call]:
+    """What one DynamoDB API call is authorized against (table names still prefixed)."""
     if operation in {"TransactWriteItems", "TransactGetItems"}:
         names = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
                  "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
         for item in params["TransactItems"]:
             ((kind, body),) = item.items()
-            yield names[kind], body["TableName"], None
+            yield Call(f"dynamodb:{names[kind]}", body["TableName"])
     elif operation in {"BatchGetItem", "BatchWriteItem"}:
         for name in params["RequestItems"]:
-            yield operation, name, None
+            yield Call(f"dynamodb:{operation}", name)
     else:
-        yield operation, params["TableName"], params.get("IndexName")
+        yield Call(f"dynamodb:{operation}", params["TableName"], params.get("IndexName"))
+
+
+def kms_call(operation: str, params: dict[str, Any], answer: dict[str, Any], key_arn: str) -> Call:
+    """What one KMS API call is authorized against: the key it used must be the settings' key."""
+    assert operation in {"Encrypt", "Decrypt"}, f"the store calls kms:{operation}; add it to kms_call"
+    assert answer["KeyId"] == key_arn, f"{operation} used {answer['KeyId']}, not the key of the settings' alias"
+    by_alias = str(params.get("KeyId", "")).startswith("alias/")
+    if "KeyId" in params:
+        assert params["KeyId"] == app_config.settings().kms_key_id, params["KeyId"]
+    return Call(f"kms:{operation}", encryption_context_keys=tuple(sorted(params.get("EncryptionContext", {}))),
+                by_alias=by_alias)
 
 
 def exercise_store() -> set[str]:
-    """Run every public store function once against the tables; answer the names run."""
+    """Run every public store function once against the tables and the key; answer the names run."""
+    from datetime import timedelta
+
     from chalicelib.clock import utcnow
-    from chalicelib.store import accounts, agents, history, tools
-    from chalicelib.store.records import Agent, HistoryEvent, Promotion
+    from chalicelib.store import accounts, agents, connections, history, runs, sweep, tools, vault
+    from chalicelib.store.agents import DemotionGuard
+    from chalicelib.store.records import Agent, Connection, HistoryEvent, Promotion, Run
 
     ran: set[str] = set()
 
@@ -494,24 +594,107 @@ def exercise_store() -> set[str]:
     assert len(run(agents.list_agents, "acct", limit=10).items) == 1
     run(tools.put_version, "acct", "acme", "orders", {"name": "orders"}, "admin", now, previous=0)
     assert run(tools.get_head, "acct", "acme", "orders") is not None
+    assert run(tools.get_version, "acct", "acme", "orders", 1).version == 1
     assert len(run(tools.get_heads, "acct", [("acme", "orders")])) == 1
     assert len(run(tools.list_heads, "acct")) == 1
     assert len(run(tools.page_heads, "acct", limit=10).items) == 1
     assert len(run(tools.list_versions, "acct", "acme", "orders")) == 1
     assert run(tools.toolbox_revision, "acct") == 1
-    assert run(agents.add_promotion, "a1", Promotion("acme", "orders", now, "a1"), event) is True
-    run(agents.mark_used, "a1", "acme", "orders", now)
-    assert run(agents.load_state, "a1") is not None
-    assert run(agents.remove_promotion, "a1", "acme", "orders", event) is True
+    week = now + timedelta(days=7)
+    promotion = Promotion("acme", "orders", now, "a1")
+    assert run(agents.add_promotion, "a1", "acct", promotion, event, due_at=week, over_cap=False) is True
+    assert agents.add_promotion("a1", "acct", promotion, event, due_at=week, over_cap=True) is False  # promoted
+    assert run(agents.load_state, "a1").promotion("acme", "orders").due_at == week
+
+    # Runs: each start/approve/end is one transaction over the run, the agent's settings item
+    # (its leases) and, for a promoted tool, its promotion item or, for an approval, its approval.
+    lease = now + timedelta(minutes=5)
+
+    def new_run(number: int, status: str, lease_expires_at: Any = lease) -> Run:
+        created = now + timedelta(seconds=number)
+        return Run(run_id=f"r{number}", agent_id="a1", account_id="acct", vendor="acme", name="orders", version=1,
+                   input={"customer": "c1"}, status=status, created_at=created, updated_at=created,
+                   lease_expires_at=lease_expires_at)
+
+    r1 = new_run(1, runs.RUNNING)
+    run(runs.start, r1, use_due_at=week)
+    assert set(agents.load_state("a1").leases) == {"r1"}
+    assert run(runs.finish, r1, "succeeded", now, result={"orders": []}) is True
+    assert run(runs.finish, r1, "failed", now, error={"code": "x"}) is False  # ended already
+    assert run(runs.get, "r1").result == {"orders": []}
+    r2, r3 = new_run(2, runs.AWAITING), new_run(3, runs.AWAITING)
+    runs.start(r2, use_due_at=None)
+    runs.start(r3, use_due_at=None)
+    assert [r.run_id for r in run(runs.list_pending, "acct", limit=10).items] == ["r2", "r3"]
+    assert run(runs.approve, r2, "admin", lease, now) is True
+    assert runs.approve(r2, "admin", lease, now) is False  # only one approval wins
+    assert agents.load_state("a1").is_approved("acme", "orders")
+    assert run(runs.deny, r3, "admin", now) is True
+    assert runs.get("r3").status == "denied"
+    assert runs.list_pending("acct", limit=10).items == []
+    r4 = new_run(4, runs.RUNNING, lease_expires_at=now)
+    runs.start(r4, use_due_at=week)
+    assert run(runs.expire, r4, now + timedelta(seconds=1)) is True
+    assert runs.get("r4").status == "expired"
+    assert set(agents.load_state("a1").leases) == {"r2"}
+    assert runs.finish(r2, "succeeded", now, result={}) is True
+    assert [r.run_id for r in run(runs.list_for_agent, "a1", limit=10).items] == ["r4", "r3", "r2", "r1"]
+    assert run(runs.get, "nope") is None
+
+    # The sweep's reads (sparse, sharded indexes) and its bookkeeping writes.
+    assert run(sweep.agents_with_tool, "acct", "acme", "orders") == ["a1"]
+    assert run(sweep.due_agents, now) == {}
+    assert sweep.due_agents(week) == {"a1": "acct"}
+    used = agents.load_state("a1").promotion("acme", "orders").last_used_at
+    assert used == r4.created_at
+    assert run(sweep.move_deadline, "a1", "acme", "orders", now, last_used_at=now) is False  # used since
+    assert sweep.move_deadline("a1", "acme", "orders", now, last_used_at=used) is True
+    assert sweep.due_agents(now) == {"a1": "acct"}
+    assert run(sweep.agents_to_review) == {}
+    assert run(sweep.make_due, "a1", "acme", "orders", now, "connection_revoked") is True
+    assert sweep.agents_to_review() == {"a1": "acct"}
+    state = agents.load_state("a1")
+    assert state.promotion("acme", "orders").due_cause == "connection_revoked" and state.review_token
+    assert run(sweep.clear_review, "a1", "another-token") is False
+    assert sweep.clear_review("a1", state.review_token) is True
+    assert sweep.agents_to_review() == {}
+
+    stale = DemotionGuard(lease_rev=state.lease_rev - 1, last_used_at=used)
+    assert run(agents.remove_promotion, "a1", "acme", "orders", event, guard=stale) is False
+    assert agents.remove_promotion("a1", "acme", "orders", event,
+                                   guard=DemotionGuard(lease_rev=state.lease_rev, last_used_at=used)) is True
     assert len(run(history.list_events, "a1", limit=10).items) == 2
+    assert run(sweep.make_due, "a1", "acme", "orders", now, "idle") is False  # not promoted any more
+    runs.start(new_run(5, runs.RUNNING), use_due_at=week)  # demoted meanwhile: the run starts, unmarked
+    assert set(agents.load_state("a1").leases) == {"r5"}
+
+    # Connections: the secret goes to KMS with the account and connection as encryption context.
+    ciphertext = run(vault.encrypt, "s3cret", account_id="acct", connection_id="cn1")
+    assert b"s3cret" not in ciphertext
+    run(connections.put, Connection(
+        connection_id="cn1", account_id="acct", vendor="acme", auth_type="bearer", header_name="Authorization",
+        hosts=("api.acme.test",), status=connections.ACTIVE, created_at=now, ciphertext=ciphertext,
+    ))
+    stored = run(connections.get, "acct", "cn1")
+    assert stored is not None and stored.ciphertext == ciphertext and stored.hosts == ("api.acme.test",)
+    assert run(vault.decrypt, stored.ciphertext, account_id="acct", connection_id="cn1") == "s3cret"
+    assert [c.connection_id for c in run(connections.list_all, "acct", limit=10).items] == ["cn1"]
+    assert run(connections.revoke, "acct", "cn1", now) is True
+    assert connections.revoke("acct", "cn1", now) is False
+    assert connections.get("acct", "cn1").status == connections.REVOKED
+    assert run(connections.get, "other", "cn1") is None
     return ran
 
 
-# Store modules that talk to DynamoDB only through the functions of the others, or not at all
+# Store modules that talk to AWS only through the functions of the others, or not at all
 # (`tables` creates tables: the operator CLI and tests do that, never the function).
 NOT_CALLED_BY_THE_FUNCTION = {"base", "models", "records", "tables"}
-# Public store functions that build items without calling DynamoDB.
-PURE = {"chalicelib.store.history.new_item"}
+# Public store functions that build items, attributes or update actions without calling AWS.
+PURE = {"chalicelib.store.history.new_item", "chalicelib.store.agents.due_fields",
+        "chalicelib.store.agents.review_actions"}
+# Public store functions that only the local stack and tests call: the deployed function must
+# not be able to (the template makes the key and its alias).
+NOT_DEPLOYED = {"chalicelib.store.vault.ensure_key"}
 
 
 def public_store_functions() -> set[str]:
@@ -523,47 +706,61 @@ def public_store_functions() -> set[str]:
         for name, function in inspect.getmembers(module, inspect.isfunction):
             if function.__module__ == module.__name__ and not name.startswith("_"):
                 names.add(f"{module.__name__}.{name}")
-    return names - PURE
+    return names - PURE - NOT_DEPLOYED
 
 
 @pytest.fixture
-def store_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str | None]]:
-    """The (IAM action, table suffix, index) of every DynamoDB call made by every store function."""
-    calls: list[tuple[str, dict[str, Any]]] = []
+def record_aws(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
+    """Every AWS API call from now on: (service, operation, parameters, answer or {})."""
+    calls: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
     original = botocore.client.BaseClient._make_api_call
 
     def record(client: Any, operation: str, params: dict[str, Any]) -> Any:
-        if client.meta.service_model.service_name == "dynamodb":
-            calls.append((operation, copy.deepcopy(params)))
-        return original(client, operation, params)
+        entry = (client.meta.service_model.service_name, operation, copy.deepcopy(params), {})
+        calls.append(entry)
+        answer = original(client, operation, params)
+        entry[3].update(answer)
+        return answer
 
     monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", record)
+    return calls
+
+
+@pytest.fixture
+def store_calls(record_aws: list[tuple[str, str, dict[str, Any], dict[str, Any]]]) -> list[Call]:
+    """The authorizations every AWS call made by every store function needs."""
+    key_arn = boto3.client("kms").describe_key(KeyId=app_config.settings().kms_key_id)["KeyMetadata"]["Arn"]
+    del record_aws[:]
     ran = exercise_store()
     missing = public_store_functions() - ran
     assert not missing, f"store functions the policy check does not run (add them to exercise_store): {missing}"
     prefix = app_config.settings().table_prefix + "-"
-    requests = []
-    for operation, params in calls:
-        for action, table, index in iam_requests(operation, params):
-            assert table.startswith(prefix), table
-            requests.append((f"dynamodb:{action}", table[len(prefix):], index))
-    return requests
+    needed = []
+    for service, operation, params, answer in record_aws:
+        if service == "dynamodb":
+            for call in dynamodb_calls(operation, params):
+                assert call.table is not None and call.table.startswith(prefix), call
+                needed.append(Call(call.action, call.table[len(prefix):], call.index))
+        elif service == "kms":
+            needed.append(kms_call(operation, params, answer, key_arn))
+        else:
+            raise AssertionError(f"the store calls {service}:{operation}; the policies know nothing of {service}")
+    return needed
 
 
 @pytest.mark.parametrize("stage", stages())
-def test_policy_allows_every_call_the_store_makes_and_nothing_more(
-    stage: str, store_calls: list[tuple[str, str, str | None]]
-) -> None:
+def test_policy_allows_every_call_the_store_makes_and_nothing_more(stage: str, store_calls: list[Call]) -> None:
     document = policy(stage)
-    denied = sorted({(a, t, i) for a, t, i in store_calls if not allows(document, a, table_arn(stage, t, i))})
+    denied = sorted({call.request(stage)[:2] for call in store_calls if not allows(document, *call.request(stage))})
     assert not denied, f"policy-{stage}.json denies calls the store makes: {denied}"
 
-    needed = {action.lower() for action, _, _ in store_calls}
+    needed = {call.action.lower() for call in store_calls}
+    assert {"kms:encrypt", "kms:decrypt"} <= needed
     granted = {
         action.lower()
         for statement in _statements(document)
         for action in _as_list(statement["Action"])
-        if action.lower().startswith("dynamodb:")
+        if not action.lower().startswith("logs:")
     }
     assert granted == needed, f"granted but never needed: {granted - needed}"
 
@@ -580,6 +777,7 @@ def test_policy_reaches_exactly_the_stage_tables_and_their_indexes(stage: str) -
         actions = _as_list(statement["Action"])
         if any(action.startswith("dynamodb:") for action in actions):
             assert all(action.startswith("dynamodb:") for action in actions), statement
+            assert "Condition" not in statement, statement
             resources.update(_as_list(statement["Resource"]))
     assert resources == expected
     # and nothing of another stage
@@ -587,8 +785,72 @@ def test_policy_reaches_exactly_the_stage_tables_and_their_indexes(stage: str) -
         assert not allows(policy(stage), "dynamodb:GetItem", table_arn(other, "accounts"))
 
 
+# The KMS actions on a key besides Encrypt and Decrypt (a wider grant must show up here as allowed).
+OTHER_KEY_ACTIONS = [
+    "kms:CancelKeyDeletion", "kms:CreateAlias", "kms:CreateGrant", "kms:DeleteAlias", "kms:DeleteImportedKeyMaterial",
+    "kms:DescribeKey", "kms:DeriveSharedSecret", "kms:DisableKey", "kms:DisableKeyRotation", "kms:EnableKey",
+    "kms:EnableKeyRotation", "kms:GenerateDataKey", "kms:GenerateDataKeyPair",
+    "kms:GenerateDataKeyPairWithoutPlaintext", "kms:GenerateDataKeyWithoutPlaintext", "kms:GenerateMac",
+    "kms:GetKeyPolicy", "kms:GetKeyRotationStatus", "kms:GetParametersForImport", "kms:GetPublicKey",
+    "kms:ImportKeyMaterial", "kms:ListGrants", "kms:ListKeyPolicies", "kms:ListKeyRotations",
+    "kms:ListResourceTags", "kms:PutKeyPolicy", "kms:ReEncryptFrom", "kms:ReEncryptTo", "kms:ReplicateKey",
+    "kms:RetireGrant", "kms:RevokeGrant", "kms:RotateKeyOnDemand", "kms:ScheduleKeyDeletion", "kms:Sign",
+    "kms:TagResource", "kms:UntagResource", "kms:UpdateAlias", "kms:UpdateKeyDescription",
+    "kms:UpdatePrimaryRegion", "kms:Verify", "kms:VerifyMac",
+]
+
+
+@pytest.mark.parametrize("stage", stages())
+def test_policy_reaches_only_the_stage_key_for_encrypt_and_decrypt(stage: str) -> None:
+    """The grant hangs on the key's alias (a policy file cannot name the template's key): it
+    must hold for the stage's alias and no other, for the vault's encryption context only, and
+    for Encrypt and Decrypt only."""
+    document = policy(stage)
+    alias = key_alias(stage)
+    usual = {"kms:ResourceAliases": [alias], "kms:EncryptionContextKeys": ["account_id", "connection_id"]}
+    for action in ("kms:Encrypt", "kms:Decrypt"):
+        assert allows(document, action, KEY_ARN, usual)
+        assert allows(document, action, KEY_ARN, usual | {"kms:ResourceAliases": ["alias/other", alias]})
+        for aliases in ([], ["alias/other"], [f"{alias}-old"], [alias.upper()], ["alias/workset"],
+                        *([key_alias(other)] for other in set(stages()) - {stage})):
+            assert not allows(document, action, KEY_ARN, usual | {"kms:ResourceAliases": aliases}), aliases
+        assert not allows(document, action, KEY_ARN, {"kms:ResourceAliases": [alias]})  # no encryption context
+        assert not allows(document, action, KEY_ARN, usual | {"kms:EncryptionContextKeys": ["account_id", "x"]})
+        assert not allows(document, action, f"arn:aws:kms:{ARN_REGION}:{ARN_ACCOUNT}:{alias}", usual)
+    for action in OTHER_KEY_ACTIONS:
+        for resource in (KEY_ARN, "*", f"arn:aws:kms:{ARN_REGION}:{ARN_ACCOUNT}:{alias}"):
+            assert not allows(document, action, resource, usual | {"kms:RequestAlias": alias}), (action, resource)
+
+
+@pytest.mark.parametrize("stage", stages())
+def test_ensure_key_is_for_the_local_stack_only(
+    stage: str, record_aws: list[tuple[str, str, dict[str, Any], dict[str, Any]]]
+) -> None:
+    """The template makes the key and its alias; `ensure_key` is the local stack's and the tests'
+    way: no code of the deployed functions calls it, and the policy grants none of its calls."""
+    from chalicelib.store import vault
+
+    app_config.settings.cache_clear()
+    try:
+        with mock.patch.dict(os.environ, {"WORKSET_KMS_KEY_ID": "alias/workset-fresh"}):  # no such alias yet
+            assert vault.ensure_key() == "alias/workset-fresh"
+    finally:
+        app_config.settings.cache_clear()
+    operations = {operation for service, operation, _, _ in record_aws if service == "kms"}
+    assert operations == {"ListAliases", "CreateKey", "CreateAlias"}
+    context = {"kms:ResourceAliases": [key_alias(stage)], "kms:RequestAlias": key_alias(stage)}
+    for operation in operations:
+        for resource in ("*", KEY_ARN, f"arn:aws:kms:{ARN_REGION}:{ARN_ACCOUNT}:{key_alias(stage)}"):
+            assert not allows(policy(stage), f"kms:{operation}", resource, context), operation
+    callers = [
+        str(path.relative_to(ROOT)) for path in [ROOT / "app.py", *sorted((ROOT / "chalicelib").rglob("*.py"))]
+        if path != ROOT / "chalicelib" / "store" / "vault.py" and "ensure_key" in path.read_text()
+    ]
+    assert callers == [], f"the deployed code calls ensure_key, which its role may not: {callers}"
+
+
 # The services the function's role reaches; a new one (SQS, ...) is a deliberate change here.
-SERVICES = {"dynamodb", "logs"}
+SERVICES = {"dynamodb", "kms", "logs"}
 
 
 @pytest.mark.parametrize("stage", stages())
@@ -745,17 +1007,25 @@ def test_package_vendors_every_dependency(packaged: dict[str, Any]) -> None:
 
 
 def test_packaged_template_is_consistent(packaged: dict[str, Any]) -> None:
-    """The merge kept Chalice's resources and added ours; the function, its role and the tables
-    agree on the stage."""
+    """The merge kept Chalice's resources and added ours; every function (the API handler and the
+    scheduled sweep), its role, the tables and the key agree on the stage."""
     packaged_template = packaged["template"]
     resources = packaged_template["Resources"]
-    function = resources["APIHandler"]["Properties"]
-    assert function["Timeout"] == stage_config("dev").lambda_timeout
-    variables = function["Environment"]["Variables"]
-    assert variables["WORKSET_TABLE_PREFIX"] == table_prefix("dev")
+    functions = {i: r["Properties"] for i, r in resources.items() if r["Type"] == "AWS::Serverless::Function"}
+    assert {"APIHandler", "Sweep"} <= set(functions)
+    groups = f"arn:aws:logs:{ARN_REGION}:{ARN_ACCOUNT}:log-group:/aws/lambda"
+    for logical_id, function in functions.items():
+        assert function["Timeout"] == stage_config("dev").lambda_timeout, logical_id
+        assert function["Environment"]["Variables"] == stage_config("dev").environment_variables, logical_id
+        role = resources[function["Role"]["Fn::GetAtt"][0]]["Properties"]
+        assert [p["PolicyDocument"] for p in role["Policies"]] == [policy("dev")], logical_id
+        # CloudFormation names the function <stack>-<logical id>-<random>; the stack is workset-dev
+        assert "FunctionName" not in function, logical_id
+        log_stream = f"{groups}/workset-dev-{logical_id}-1A2B3C4D5E6F:log-stream:x"
+        assert allows(policy("dev"), "logs:PutLogEvents", log_stream), logical_id
     assert declared_tables(packaged_template, "dev") == declared_tables(template(), "dev")
-    role = resources[function["Role"]["Fn::GetAtt"][0]]["Properties"]
-    assert [p["PolicyDocument"] for p in role["Policies"]] == [policy("dev")]
+    for logical_id, resource in template()["Resources"].items():  # the tables, the key and its alias
+        assert resources[logical_id] == resource, logical_id
     assert packaged_template["Parameters"]["Stage"] == template()["Parameters"]["Stage"]
 
 
