@@ -2,10 +2,12 @@
 the scheduled function."""
 
 from chalice import Chalice, Rate
+from chalice.app import SQSEvent
 
 from chalicelib import sweep
 from chalicelib.api import bp as admin_api
 from chalicelib.clock import utcnow
+from chalicelib.config import settings
 from chalicelib.mcp.routes import bp as mcp_endpoint
 
 app = Chalice(app_name="workset")
@@ -15,5 +17,12 @@ app.register_blueprint(admin_api)
 
 @app.schedule(Rate(5, unit=Rate.MINUTES), name="sweep")
 def scheduled_sweep(event: object) -> None:
-    """The rule, every five minutes."""
-    sweep.run(utcnow())
+    """The rule, every five minutes; a large sweep hands batches of agents to the workers."""
+    sweep.run(utcnow(), dispatch=sweep.queue_dispatch)
+
+
+@app.on_sqs_message(queue=settings().sweep_queue, batch_size=1, name="sweep_worker")
+def sweep_worker(event: SQSEvent) -> None:
+    """One batch of a large sweep (a failure leaves the message for SQS to retry)."""
+    for record in event:
+        sweep.handle_batch(record.body, utcnow())

@@ -27,6 +27,11 @@ class Settings:
     lease_margin_seconds: int
 
     @property
+    def sweep_queue(self) -> str:
+        """The queue the sweep hands batches of agents to when there are many."""
+        return f"{self.table_prefix}-sweep"
+
+    @property
     def is_local(self) -> bool:
         """True on the local stack and in tests, where operator overrides are allowed."""
         return self.stage in LOCAL_STAGES

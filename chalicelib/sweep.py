@@ -21,13 +21,16 @@ transaction that removes the promotion, counts the set and appends the history e
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from chalicelib import connections, runs, toolbox
+from chalicelib.config import settings
 from chalicelib.store import agents as agent_store
+from chalicelib.store import queues
 from chalicelib.store import runs as run_store
 from chalicelib.store import sweep as sweep_store
 from chalicelib.store.agents import DemotionGuard
@@ -66,6 +69,17 @@ def run(now: datetime, *, account_id: str | None = None, dispatch: Dispatch | No
         return report
     review_all(agent_ids, now, report)
     return report
+
+
+def queue_dispatch(agent_ids: list[str]) -> None:
+    """Hand a batch of agents to the sweep workers (one SQS message, one worker invocation)."""
+    queues.send(settings().sweep_queue, [{"agent_ids": agent_ids}])
+
+
+def handle_batch(body: str, now: datetime) -> Report:
+    """A worker's share of a sweep: the agents of one queued batch."""
+    agent_ids = json.loads(body)["agent_ids"]
+    return review_all(agent_ids, now)
 
 
 def review_all(agent_ids: Iterable[str], now: datetime, report: Report | None = None) -> Report:

@@ -38,7 +38,7 @@ def main() -> None:
     from chalicelib import accounts
     from chalicelib.clock import utcnow
     from chalicelib.store import tables, vault
-    from local import demo
+    from local import demo, workers
     from local.snapshot import Snapshots
 
     names = tables.create_all()
@@ -71,6 +71,7 @@ def main() -> None:
     port = server.server.server_address[1]
 
     stop = threading.Event()
+    workers.start(stop, sweep_interval=args.sweep_interval)
     if snapshots:
         threading.Thread(target=_keep_saving, args=(snapshots, stop), daemon=True, name="snapshots").start()
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
@@ -107,6 +108,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--demo-port", type=int, default=None,
                         help="port of the demo vendor API (default: the app's port + 1)")
     parser.add_argument("--no-demo", action="store_true", help="do not seed the demo toolbox")
+    parser.add_argument("--sweep-interval", type=float,
+                        default=float(os.environ.get("WORKSET_SWEEP_INTERVAL_SECONDS", "300")),
+                        help="seconds between sweeps (default 300, as in AWS)")
     return parser.parse_args()
 
 

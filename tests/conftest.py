@@ -30,7 +30,7 @@ from moto import mock_aws  # noqa: E402
 
 from app import app  # noqa: E402
 from chalicelib import config, toolbox  # noqa: E402
-from chalicelib.store import vault  # noqa: E402
+from chalicelib.store import queues, vault  # noqa: E402
 from chalicelib.store.tables import create_all  # noqa: E402
 
 MODERN = "2026-07-28"
@@ -64,6 +64,9 @@ def aws() -> Iterator[None]:
         create_all()
         vault._kms.cache_clear()
         vault.ensure_key()
+        queues._sqs.cache_clear()
+        queues._url.cache_clear()
+        queues.ensure(config.settings().sweep_queue)
         toolbox._indexes.clear()
         yield
 

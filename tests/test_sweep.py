@@ -278,3 +278,27 @@ def _backdate_promotion(agent_id: str, vendor: str, name: str, when: datetime) -
     PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name)).update(
         actions=[PromotionItem.promoted_at.set(when)])
 
+
+
+def test_a_large_sweep_is_fanned_out_to_workers_through_sqs(world: World, client, monkeypatch) -> None:
+    # GIVEN three agents over their cap, and a sweep that handles at most one agent inline
+    from chalicelib import sweep
+    from chalicelib.config import settings
+    from chalicelib.store import queues
+
+    monkeypatch.setattr(sweep, "INLINE_AGENTS", 1)
+    world.publish("a", "b")
+    agents = [world.other_agent() for _ in range(3)]
+    for agent, mcp in agents:
+        world.admin.call("PATCH", f"/v1/agents/{agent['id']}", {"cap": 1})
+        world.promote("a", "b", mcp=mcp)
+    # WHEN the scheduled sweep runs, then the worker takes what it queued
+    report = sweep.run(utcnow(), dispatch=sweep.queue_dispatch)
+    messages = queues.receive(settings().sweep_queue)
+    event = client.events.generate_sqs_event(message_bodies=[m["Body"] for m in messages],
+                                             queue_name=settings().sweep_queue)
+    client.lambda_.invoke("sweep_worker", event)
+    # THEN the planner demoted nothing itself, one message carried the batch, the worker applied the rule
+    assert (report.dispatched, report.demoted, len(messages)) == (3, [], 1)
+    for agent, _ in agents:
+        assert world.working_set(agent) == ["b"]

@@ -76,3 +76,28 @@ def _wait_for(port: int) -> None:
                 return
         time.sleep(0.1)
     raise RuntimeError(f"nothing listens on {port}")
+
+
+def test_the_local_stack_runs_the_sweep_by_itself(tmp_path: Path) -> None:
+    # GIVEN a stack sweeping every second, and an agent over its cap
+    stack = start_stack(tmp_path, {"WORKSET_SWEEP_INTERVAL_SECONDS": "1"})
+    try:
+        for name in ("first", "second"):
+            stack.publish({"vendor": "keep", "name": name, "description": "A tool.", "input_schema": {"type": "object"},
+                           "annotations": {"readOnlyHint": True},
+                           "request": {"method": "GET", "url": "http://127.0.0.1:9/x"}})
+        status, agent = stack.admin("POST", "/v1/agents", {"name": "capped", "cap": 1})
+        for name in ("first", "second"):
+            stack.admin("POST", f"/v1/agents/{agent['id']}/working-set", {"vendor": "keep", "name": name})
+        # WHEN a few sweep intervals pass (polled, not timed)
+        deadline = time.monotonic() + 30
+        names = ["first", "second"]
+        while names != ["second"] and time.monotonic() < deadline:
+            time.sleep(0.3)
+            names = [i["name"] for i in stack.admin("GET", f"/v1/agents/{agent['id']}/working-set")[1]["items"]]
+        # THEN the stack's own sweep demoted the oldest never-used promotion, cause cap
+        assert names == ["second"]
+        history = stack.admin("GET", f"/v1/agents/{agent['id']}/history")[1]["items"]
+        assert (history[0]["name"], history[0]["cause"]) == ("first", "cap")
+    finally:
+        stop_stack(stack)

@@ -1,0 +1,57 @@
+"""SQS: the queues Workset hands work to (the sweep's batches; the webhook outbox later)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import boto3
+
+from chalicelib.config import settings
+
+SEND_BATCH = 10  # SQS takes at most ten messages per SendMessageBatch
+MAX_RECEIVES = 5  # deliveries before a message is parked in the dead-letter queue
+
+
+@lru_cache(maxsize=1)
+def _sqs() -> Any:
+    return boto3.client("sqs", region_name=settings().aws_region)
+
+
+@lru_cache(maxsize=8)
+def _url(name: str) -> str:
+    return _sqs().get_queue_url(QueueName=name)["QueueUrl"]
+
+
+def send(name: str, bodies: list[dict[str, Any]]) -> None:
+    """Put each body on the queue as one JSON message."""
+    for start in range(0, len(bodies), SEND_BATCH):
+        chunk = bodies[start:start + SEND_BATCH]
+        entries = [{"Id": str(index), "MessageBody": json.dumps(body)} for index, body in enumerate(chunk)]
+        answer = _sqs().send_message_batch(QueueUrl=_url(name), Entries=entries)
+        if answer.get("Failed"):
+            raise RuntimeError(f"SQS refused {len(answer['Failed'])} message(s) for {name}")
+
+
+def ensure(name: str) -> str:
+    """Create a queue and its dead-letter queue where they do not exist (local stack and tests;
+    in AWS, infra/ declares them)."""
+    client = _sqs()
+    dead = client.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+    dead_arn = client.get_queue_attributes(QueueUrl=dead, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": dead_arn, "maxReceiveCount": str(MAX_RECEIVES)})
+    url = client.create_queue(QueueName=name, Attributes={"RedrivePolicy": policy, "VisibilityTimeout": "60"})
+    return url["QueueUrl"]
+
+
+def receive(name: str, *, wait_seconds: int = 1, max_messages: int = 10) -> list[dict[str, Any]]:
+    """Messages waiting on a queue (the local stack's stand-in for Lambda's event source)."""
+    answer = _sqs().receive_message(QueueUrl=_url(name), WaitTimeSeconds=wait_seconds,
+                                    MaxNumberOfMessages=max_messages, AttributeNames=["ApproximateReceiveCount"])
+    return answer.get("Messages", [])
+
+
+def delete(name: str, receipt_handle: str) -> None:
+    """Acknowledge a message that was handled."""
+    _sqs().delete_message(QueueUrl=_url(name), ReceiptHandle=receipt_handle)
