@@ -10,12 +10,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from chalicelib.errors import InvalidInput, NotFound, Unauthorized
+from chalicelib import notify, outbound
+from chalicelib.config import settings
+from chalicelib.errors import InvalidInput, NotFound, Unauthorized, WorksetError
 from chalicelib.store import accounts as account_store
 from chalicelib.store import agents as agent_store
 from chalicelib.store.base import ConditionFailed
@@ -32,7 +35,8 @@ AGENT_KEY_PREFIX = "wsk_"
 
 
 class AgentSettings(BaseModel):
-    """The settings a person may change; every field optional so PATCH can send any subset."""
+    """The settings a person may change; every field optional so PATCH can send any subset
+    (`webhook_url: null` removes the webhook)."""
 
     model_config = ConfigDict(extra="forbid")
     name: str | None = Field(default=None, min_length=1, max_length=100)
@@ -40,6 +44,17 @@ class AgentSettings(BaseModel):
     idle_window_days: int | None = Field(
         default=None, ge=IDLE_WINDOW_RANGE[0], le=IDLE_WINDOW_RANGE[1], strict=True
     )
+    webhook_url: str | None = Field(default=None, max_length=2000)
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _reachable(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                outbound.check_destination(value, allow_private=settings().allow_private_network)
+            except WorksetError as error:
+                raise ValueError(error.message) from None
+        return value
 
 
 class NewAgent(AgentSettings):
@@ -84,8 +99,18 @@ def authenticate_agent(key: str | None) -> AgentState:
     return state
 
 
-def create_agent(account_id: str, payload: Any, now: datetime) -> tuple[Agent, str]:
-    """A new agent with the given settings (defaults filled) and its API key (shown only here)."""
+@dataclass(frozen=True)
+class Created:
+    """A new agent with the secrets shown only once: its API key and its webhook signing secret."""
+
+    agent: Agent
+    api_key: str
+    webhook_secret: str | None = None
+
+
+def create_agent(account_id: str, payload: Any, now: datetime) -> Created:
+    """A new agent with the given settings (defaults filled), its API key and, with a webhook,
+    the webhook's signing secret (both shown only here)."""
     request = parse(NewAgent, payload)
     agent_id = f"ag{secrets.token_hex(8)}"
     agent = Agent(
@@ -95,10 +120,13 @@ def create_agent(account_id: str, payload: Any, now: datetime) -> tuple[Agent, s
         cap=request.cap or DEFAULT_CAP,
         idle_window_days=request.idle_window_days or DEFAULT_IDLE_WINDOW_DAYS,
         created_at=now,
+        webhook_url=request.webhook_url,
     )
     key = _new_token(AGENT_KEY_PREFIX, agent_id)
-    agent_store.create_agent(agent, hash_token(key))
-    return agent, key
+    secret = notify.new_secret() if request.webhook_url else None
+    sealed = notify.seal_secret(secret, account_id=account_id, agent_id=agent_id) if secret else None
+    agent_store.create_agent(agent, hash_token(key), webhook_secret=sealed)
+    return Created(agent, key, secret)
 
 
 def get_state(account_id: str, agent_id: str) -> AgentState:
@@ -114,14 +142,22 @@ def list_agents(account_id: str, *, limit: int, cursor: str | None) -> Page:
     return agent_store.list_agents(account_id, limit=limit, cursor=cursor)
 
 
-def update_agent(account_id: str, agent_id: str, payload: Any) -> Agent:
-    """Change name, cap or idle window; the sweep applies new limits on its next run."""
-    changes = parse(AgentSettings, payload).model_dump(exclude_none=True)
-    current = get_state(account_id, agent_id).agent
+def update_agent(account_id: str, agent_id: str, payload: Any) -> Created:
+    """Change name, cap, idle window or webhook; the sweep applies new limits on its next run.
+    The first webhook an agent gets comes with a new signing secret (shown only here)."""
+    request = parse(AgentSettings, payload)
+    changes = request.model_dump(exclude_none=True)
+    state = get_state(account_id, agent_id)
+    secret = None
+    if "webhook_url" in request.model_fields_set and request.webhook_url is None:
+        changes.update(webhook_url=None, webhook_secret=None)
+    elif request.webhook_url and not state.webhook_secret:
+        secret = notify.new_secret()
+        changes["webhook_secret"] = notify.seal_secret(secret, account_id=account_id, agent_id=agent_id)
     if not changes:
-        return current
+        return Created(state.agent, "", None)
     try:
-        return agent_store.update_settings(agent_id, changes)
+        return Created(agent_store.update_settings(agent_id, changes), "", secret)
     except ConditionFailed as error:
         raise NotFound(f"no agent {agent_id}") from error
 

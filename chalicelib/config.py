@@ -25,11 +25,18 @@ class Settings:
     kms_key_id: str
     approval_ttl_seconds: int
     lease_margin_seconds: int
+    webhook_timeout_seconds: float
+    listen_hold_seconds: float
 
     @property
     def sweep_queue(self) -> str:
         """The queue the sweep hands batches of agents to when there are many."""
         return f"{self.table_prefix}-sweep"
+
+    @property
+    def webhook_queue(self) -> str:
+        """The queue of webhook deliveries."""
+        return f"{self.table_prefix}-webhooks"
 
     @property
     def is_local(self) -> bool:
@@ -63,4 +70,6 @@ def settings() -> Settings:
         kms_key_id=os.environ.get("WORKSET_KMS_KEY_ID", f"alias/workset-{stage}"),
         approval_ttl_seconds=int(os.environ.get("WORKSET_APPROVAL_TTL_SECONDS", str(24 * 3600))),
         lease_margin_seconds=int(os.environ.get("WORKSET_LEASE_MARGIN_SECONDS", "30")),
+        webhook_timeout_seconds=float(os.environ.get("WORKSET_WEBHOOK_TIMEOUT_SECONDS", "5")),
+        listen_hold_seconds=float(os.environ.get("WORKSET_LISTEN_HOLD_SECONDS", "25")),
     )

@@ -35,6 +35,7 @@ _LAYERS = 6
 _HEADS = 12
 _LAYER_NORM_EPS = 1e-12  # config.json
 _MASKED = np.float32(-1e9)  # added to attention scores of padding: exp() of it is exactly 0
+_FLOAT_DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2")}
 
 
 def model_zip() -> Path:
@@ -65,24 +66,17 @@ class _Layer:
 
 
 class _MiniLM:
-    """The weights and tokenizer of all-MiniLM-L6-v2, read from the package's model.zip."""
+    """The weights of all-MiniLM-L6-v2, read from the package's model.zip, and its tokenizer."""
 
     def __init__(self, path: Path) -> None:
-        from tokenizers import Tokenizer
-
         with zipfile.ZipFile(path) as archive:
-            tensors = _read_safetensors(archive.read("model.safetensors"))
-            tokenizer_json = archive.read("tokenizer.json").decode("utf-8")
+            tensors = read_safetensors(archive.read("model.safetensors"))
         self.word = tensors["embeddings.word_embeddings.weight"]
         self.position = tensors["embeddings.position_embeddings.weight"]
         self.token_type = tensors["embeddings.token_type_embeddings.weight"][0]  # single segment
         self.embedding_norm = _norm_params(tensors, "embeddings.LayerNorm")
         self.layers = [_layer(tensors, f"encoder.layer.{i}") for i in range(_LAYERS)]
-        self.tokenizer: Tokenizer = Tokenizer.from_str(tokenizer_json)
-        # tokenizer.json pads every text to 128 tokens and cuts there; we pad each batch to its
-        # longest text instead (much less work for short queries) and cut at the model's 256.
-        self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        self.tokenizer = tokenizer()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-length sentence vectors (len(texts) x 384, float32), in the order given."""
@@ -167,21 +161,22 @@ def _pad(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return ids, mask
 
 
-def _read_safetensors(raw: bytes) -> dict[str, np.ndarray]:
-    """Tensors of a safetensors file: 8-byte little-endian header size, JSON header, data.
+def read_safetensors(raw: bytes) -> dict[str, np.ndarray]:
+    """Float tensors of a safetensors file: 8-byte little-endian header size, JSON header, data.
 
-    Arrays are views into `raw` (no copy). Only the float32 tensors are kept: the file also
-    holds int64 position ids, which BERT derives from positions anyway.
+    Arrays are read-only views into `raw` (no copy). Other dtypes are skipped: this model's
+    file also holds int64 position ids, which BERT derives from positions anyway.
     """
     header_len = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8: 8 + header_len])
     data = memoryview(raw)[8 + header_len:]
     tensors = {}
     for name, meta in header.items():
-        if name == "__metadata__" or meta["dtype"] != "F32":
+        if name == "__metadata__" or meta["dtype"] not in _FLOAT_DTYPES:
             continue
         start, end = meta["data_offsets"]
-        tensors[name] = np.frombuffer(data[start:end], dtype="<f4").reshape(meta["shape"])
+        array = np.frombuffer(data[start:end], dtype=_FLOAT_DTYPES[meta["dtype"]])
+        tensors[name] = array.reshape(meta["shape"])
     return tensors
 
 
@@ -210,6 +205,26 @@ def _layer(tensors: dict[str, np.ndarray], prefix: str) -> _Layer:
         output_bias=output_bias,
         output_norm=_norm_params(tensors, f"{prefix}.output.LayerNorm"),
     )
+
+
+@functools.cache
+def tokenizer() -> Tokenizer:
+    """The model's WordPiece tokenizer (lower-cases), cutting texts at MAX_TOKENS, no padding."""
+    from tokenizers import Tokenizer
+
+    with zipfile.ZipFile(model_zip()) as archive:
+        loaded = Tokenizer.from_str(archive.read("tokenizer.json").decode("utf-8"))
+    # tokenizer.json pads every text to 128 tokens and cuts there; we pad each batch to its
+    # longest text instead (much less work for short queries) and cut at the model's 256.
+    loaded.no_padding()
+    loaded.enable_truncation(max_length=MAX_TOKENS)
+    return loaded
+
+
+@functools.cache
+def vocabulary() -> frozenset[str]:
+    """Whole words (3+ letters) of the tokenizer's vocabulary: a small English dictionary."""
+    return frozenset(t for t in tokenizer().get_vocab() if len(t) >= 3 and t.isalpha())
 
 
 @functools.cache

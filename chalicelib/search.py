@@ -2,26 +2,33 @@
 
 Four per-doc signals, summed with fixed weights (W_* below):
 
-* dense -- cosine of query and tool text pooled from wordllama's static token vectors
-  (read from the installed wheel). Each token is weighted by how peaky its similarity
-  is across this index (max minus mean cosine over the docs), so filler fades. z-scored.
-* word -- each query content word votes for docs it is unusually close to (cosine
-  z-scored across docs, above a floor); catches specific words the average dilutes.
+* sentence -- cosine of the query's all-MiniLM-L6-v2 vector (chalicelib/embedder.py) with
+  the tool's stored vector ("name words: description", see document_vector). The index's
+  mean tool vector is subtracted first: every tool text shares a "this is a tool" direction
+  that otherwise dominates the cosine. z-scored across the docs.
+* static -- cosine of query and tool text pooled from wordllama's static token vectors
+  (read from the installed wheel). Each token is weighted by how peaky its similarity is
+  across this index (max minus mean cosine over the docs), so filler fades. z-scored. A
+  second, differently trained view: it still adds ~2.5 points of recall@5 next to MiniLM.
 * keyword -- BM25 over name fields (vendor, name split on "-", glued names segmented)
   and description, light stemmer, query-side stop words; divided by its maximum.
 * name -- idf-weighted share of the query's words found in a tool's vendor or name.
 
-"No hit" uses absolute evidence: a query is answerable if a doc shares a content word
-with it, or its best dense cosine reaches GATE_COSINE and it holds a real word (gibberish
-does not); the docs listed are then those sharing a word or reaching HIT_COSINE.
-Parameters were picked on every 10th MetaTool query only (bench/find_tool_quality.py).
+"No hit" uses absolute evidence: a query needs a content word (not a stop word), and then
+either a doc sharing a content word with it or a MiniLM cosine of GATE_COSINE or more with
+some doc (unrelated text and gibberish stay well below); the docs listed are then those
+sharing a word or reaching HIT_COSINE. Parameters were picked on every 10th MetaTool query
+only (bench/find_tool_quality.py).
+
+Tool vectors cost a forward pass each, so the app computes them once per tool version with
+document_vector() and passes them back in Document.vector; building an index from stored
+vectors needs no model run at all. Queries are embedded at search time.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import math
 import re
 from collections import Counter, defaultdict
@@ -31,6 +38,8 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
+from chalicelib import embedder
+
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
@@ -39,19 +48,23 @@ _WORD = re.compile(r"[a-z0-9]+")
 _CASED_WORD = re.compile(r"[A-Za-z0-9]+")
 
 # Picked on the tuning subset (every 10th MetaTool query); see bench/find_tool_quality.py.
-W_DENSE = 1.0
-W_WORD = 0.2
+W_SENTENCE = 1.0
+W_STATIC = 1.0
 W_KEYWORD = 1.0
-W_NAME = 4.0  # share of the query's words found in a tool's vendor or name
-RANGE_POWER = 0.5  # token weight = (max - mean cosine over docs) ** RANGE_POWER
-WORD_Z_FLOOR = 1.0  # a query word only votes for docs this many std devs above its mean
-GATE_COSINE = 0.25  # best dense cosine that makes a query without shared words answerable
-HIT_COSINE = 0.1  # dense cosine that lists a doc without a shared word, once answerable
+W_NAME = 2.0  # share of the query's words found in a tool's vendor or name
+RANGE_POWER = 0.5  # static token weight = (max - mean cosine over docs) ** RANGE_POWER
+GATE_COSINE = 0.2  # best MiniLM cosine that makes a query without shared words answerable
+HIT_COSINE = 0.1  # MiniLM cosine that lists a doc without a shared word, once answerable
 BM25_K1 = 1.2
 BM25_B = 0.3
 NAME_WEIGHT = 3.0  # a vendor/name term counts like this many description terms
 _CHUNK = 2048  # token rows per product when weighing tokens, bounds memory on big indexes
 _POOL_CHUNK = 128  # docs per count matrix when pooling
+
+# What a stored vector is: change the version whenever the model or the text it is computed
+# from changes, so the app can tell stale vectors from current ones.
+VECTOR_VERSION = "all-MiniLM-L6-v2/name-words-colon-description/float16le/1"
+VECTOR_BYTES = embedder.DIMENSIONS * 2
 
 
 @dataclass(frozen=True)
@@ -60,13 +73,18 @@ class Document:
     vendor: str  # ^[a-z0-9][a-z0-9-]{0,30}$
     name: str  # same pattern, e.g. "list-sales-orders"
     description: str
+    vector: bytes | None = None  # document_vector(vendor, name, description); computed if None
 
 
-@dataclass(frozen=True)
-class _Lexicon:
-    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # stemmed term -> (docs, BM25 weights)
-    in_names: dict[str, np.ndarray]  # stemmed term -> docs whose vendor or name holds it
-    idf: dict[str, float]
+def document_vector(vendor: str, name: str, description: str) -> bytes:
+    """The tool's MiniLM vector as the app stores it: 384 float16, little-endian (768 bytes).
+
+    The vendor stays out of the vector: a vendor shared by many tools adds the same words to
+    all of them and blurs them together (measured worse); BM25 and the name share cover it.
+    """
+    del vendor  # part of the signature so callers need not know what the vector is made of
+    (vector,) = _embed_documents([_vector_text(name, description)])
+    return vector.astype("<f2").tobytes()
 
 
 @functools.cache
@@ -77,6 +95,11 @@ def _stop_words() -> frozenset[str]:
 
 def _words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
+
+
+def _content_words(query: str) -> list[str]:
+    """The query's distinct words that are not stop words, in order."""
+    return [w for w in dict.fromkeys(_words(query)) if w not in _stop_words()]
 
 
 @functools.lru_cache(maxsize=65536)
@@ -118,28 +141,98 @@ def _segment(part: str, dictionary: frozenset[str]) -> list[str]:
     return best[-1][1]
 
 
-def _name_words(name: str, dictionary: frozenset[str], memo: dict[str, list[str]]) -> list[str]:
-    """Words of a tool name: split on "-", long parts the dictionary lacks segmented."""
+@functools.lru_cache(maxsize=65536)
+def _split_glued(part: str) -> tuple[str, ...]:
+    """Dictionary words of a glued name part (pieces under 3 letters dropped), else the part."""
+    pieces = [p for p in _segment(part, embedder.vocabulary()) if len(p) >= 3]
+    return tuple(pieces) or (part,)
+
+
+def _name_words(name: str, description: str) -> list[str]:
+    """Words of a tool name: split on "-", and long parts that are no word segmented.
+
+    A part the tool's own description uses ("agones" for "Agones provides soccer results")
+    is a name in its own right and stays whole.
+    """
+    own = set(_words(description))
     words: list[str] = []
     for part in filter(None, name.split("-")):
-        if part not in memo:
-            pieces = [] if len(part) < 6 or part in dictionary else _segment(part, dictionary)
-            memo[part] = [p for p in pieces if len(p) >= 3] or [part]
-        words.extend(memo[part])
+        whole = len(part) < 6 or part in own or part in embedder.vocabulary()
+        words.extend([part] if whole else _split_glued(part))
     return words
 
 
-def _keywords(doc: Document, dictionary: frozenset[str], memo: dict[str, list[str]]) -> list[str]:
+def _keywords(vendor: str, name: str, name_words: list[str]) -> list[str]:
     """Name-field keywords: vendor parts, name words and glued originals ("financetool")."""
-    words = _name_words(doc.name, dictionary, memo)
-    return words + [p for p in f"{doc.vendor}-{doc.name}".split("-") if p and p not in words]
+    return name_words + [p for p in f"{vendor}-{name}".split("-") if p and p not in name_words]
 
 
-class _Model:
-    """wordllama's 256-d token vectors and tokenizer, read from the installed wheel.
+def _vector_text(name: str, description: str) -> str:
+    """What a tool's MiniLM vector is computed from (measured better than the description
+    alone, or the raw name in front)."""
+    return " ".join(_name_words(name, description)) + ": " + description
+
+
+def _embed_documents(texts: list[str]) -> np.ndarray:
+    """MiniLM vectors rounded through float16, as stored, so a computed vector ranks exactly
+    like the stored one."""
+    return embedder.embed(texts).astype("<f2").astype(np.float32)
+
+
+def _document_vectors(docs: list[Document]) -> np.ndarray:
+    """Each doc's stored vector, computing (in one batch) those the caller did not supply."""
+    vectors = np.zeros((len(docs), embedder.DIMENSIONS), np.float32)
+    missing = []
+    for row, doc in enumerate(docs):
+        if doc.vector is None:
+            missing.append(row)
+        elif len(doc.vector) != VECTOR_BYTES:
+            raise ValueError(f"{doc.key}: a vector is {VECTOR_BYTES} bytes, got {len(doc.vector)}")
+        else:
+            vectors[row] = np.frombuffer(doc.vector, "<f2")
+    if missing:
+        vectors[missing] = _embed_documents([_vector_text(docs[i].name, docs[i].description)
+                                             for i in missing])
+    return vectors
+
+
+@dataclass(frozen=True)
+class _Lexicon:
+    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # stemmed term -> (docs, BM25 weights)
+    in_names: dict[str, np.ndarray]  # stemmed term -> docs whose vendor or name holds it
+    idf: dict[str, float]
+    size: int  # number of docs
+
+    @classmethod
+    def build(cls, docs: list[Document], name_words: list[list[str]]) -> _Lexicon:
+        keywords = [_keywords(d.vendor, d.name, words) for d, words in zip(docs, name_words)]
+        postings, idf = _bm25_postings(keywords, [_words(d.description) for d in docs])
+        in_names: dict[str, list[int]] = defaultdict(list)
+        for doc, words in enumerate(keywords):
+            for term in {_stem(w) for w in words}:
+                in_names[term].append(doc)
+        return cls(postings, {t: np.array(d) for t, d in in_names.items()}, idf, len(docs))
+
+    def scores(self, content: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 per doc, and the idf-weighted share of the query's words in each doc's name."""
+        bm25, named = np.zeros(self.size), np.zeros(self.size)
+        terms = {_stem(w) for w in content}
+        unseen = math.log(1 + (self.size + 0.5) / 0.5)  # unknown words: rarest possible
+        for term in terms:
+            if term in self.postings:
+                docs, weights = self.postings[term]
+                bm25[docs] += weights
+            if term in self.in_names:
+                named[self.in_names[term]] += self.idf[term]
+        total = sum(self.idf.get(t, unseen) for t in terms)
+        return bm25, named / total if total > 0 else named
+
+
+class _Wordllama:
+    """wordllama's 256-d static token vectors and tokenizer, read from the installed wheel.
 
     wordllama's own loader looks for files where the wheel does not put them and pulls in
-    pydantic; reading the safetensors header ourselves needs only numpy.
+    pydantic; reading the safetensors file ourselves needs only numpy.
     """
 
     def __init__(self) -> None:
@@ -149,48 +242,121 @@ class _Model:
         if spec is None or not spec.submodule_search_locations:
             raise RuntimeError("the wordllama package is not installed")
         root = Path(next(iter(spec.submodule_search_locations)))
-        self.vectors = _read_safetensors(root / "weights" / "l2_supercat_256.safetensors")
+        raw = (root / "weights" / "l2_supercat_256.safetensors").read_bytes()
+        (vectors,) = embedder.read_safetensors(raw).values()
+        self.vectors = vectors.astype(np.float32)
         self.norms = np.maximum(np.linalg.norm(self.vectors, axis=1), 1e-9)
         self.tokenizer: Tokenizer = Tokenizer.from_file(
             str(root / "tokenizers" / "l2_supercat_tokenizer_config.json")
-        )
-        # Whole-word tokens double as a small English dictionary for name segmentation.
-        self.words = frozenset(
-            t[1:].lower() for t in self.tokenizer.get_vocab()
-            if t.startswith("\u2581") and t[1:].isalpha() and len(t) > 3
         )
 
     def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
-    def encode_words(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids of each word and, per token, the index of the word it belongs to."""
-        enc = self.tokenizer.encode(list(words), is_pretokenized=True, add_special_tokens=False)
-        return np.asarray(enc.ids, dtype=np.int64), np.asarray(enc.word_ids, dtype=np.int64)
-
-
-def _read_safetensors(path: Path) -> np.ndarray:
-    with path.open("rb") as fh:
-        header_len = int.from_bytes(fh.read(8), "little")
-        (meta,) = [v for k, v in json.loads(fh.read(header_len)).items() if k != "__metadata__"]
-        start, end = meta["data_offsets"]
-        fh.seek(8 + header_len + start)
-        dtype = {"F16": np.float16, "F32": np.float32}[meta["dtype"]]
-        raw = np.frombuffer(fh.read(end - start), dtype=dtype)
-    return raw.reshape(meta["shape"]).astype(np.float32)
-
 
 @functools.cache
-def _model() -> _Model:
-    return _Model()
+def _wordllama() -> _Wordllama:
+    return _Wordllama()
 
 
-def _surface_forms(docs: list[Document]) -> dict[str, str]:
+class _StaticVectors:
+    """The static signal for one index: range-weighted wordllama vectors of its docs."""
+
+    def __init__(self, texts: list[str], descriptions: list[str]) -> None:
+        model = _wordllama()
+        token_ids = model.encode(texts)
+        ones = np.ones(len(model.vectors), np.float32)
+        self._plain = _normalise(_pool(model.vectors, token_ids, ones))  # unweighted, unit
+        # Token weights for this index; query-only tokens are filled in on first use.
+        self._spread = np.full(len(model.vectors), np.nan, np.float32)  # NaN = not yet known
+        seen = np.unique(np.concatenate(token_ids))
+        self._spread[seen] = _token_spread(model, seen, self._plain)
+        self._weighted = _normalise(_pool(model.vectors, token_ids, np.nan_to_num(self._spread)))
+        self._surface = _surface_forms(descriptions)  # lower-cased word -> usual spelling
+
+    def cosine(self, query: str) -> np.ndarray:
+        """Range-weighted cosine of the query with every doc."""
+        model = _wordllama()
+        # The tokenizer is case-sensitive; respelling each word the way the tools spell it
+        # (else lower case) makes ranking ignore the query's case without losing "GitHub".
+        cased = _CASED_WORD.sub(lambda m: self._surface.get(m[0].lower(), m[0].lower()), query)
+        (query_ids,) = model.encode([cased])
+        missing = np.unique(query_ids[np.isnan(self._spread[query_ids])])
+        if missing.size:  # the cache only ever gains entries, so sharing it is harmless
+            self._spread[missing] = _token_spread(model, missing, self._plain)
+        return self._weighted @ _normalise(self._spread[query_ids] @ model.vectors[query_ids])
+
+
+@dataclass(frozen=True)
+class _Signals:
+    """Everything a non-empty index ranks with, one row per doc."""
+
+    lexicon: _Lexicon
+    vectors: np.ndarray  # stored MiniLM vectors (unit length): absolute evidence for "no hit"
+    centred: np.ndarray  # the same minus their mean, renormalised: what ranking uses
+    static: _StaticVectors
+
+
+class SearchIndex:
+    """Immutable index over a toolbox; build once, query many times."""
+
+    def __init__(self, keys: list[str], signals: _Signals | None) -> None:
+        self._keys = keys
+        self._key_order = np.argsort(np.argsort(np.asarray(keys, dtype=object)))  # tie-break rank
+        self._signals = signals
+
+    @classmethod
+    def build(cls, docs: Iterable[Document]) -> SearchIndex:
+        """Index the docs; a repeated key keeps its last doc. Docs without a vector get one
+        computed here (a forward pass each), so pass stored vectors when there are many."""
+        unique = list({d.key: d for d in docs}.values())
+        if not unique:
+            return cls([], None)
+        name_words = [_name_words(d.name, d.description) for d in unique]
+        vectors = _document_vectors(unique)
+        static = _StaticVectors([" ".join(w) + " " + d.description for d, w in zip(unique, name_words)],
+                                [d.description for d in unique])
+        signals = _Signals(
+            lexicon=_Lexicon.build(unique, name_words),
+            vectors=vectors,
+            centred=_normalise(vectors - vectors.mean(axis=0)),
+            static=static,
+        )
+        return cls([d.key for d in unique], signals)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def search(self, query: str, limit: int = 10) -> list[tuple[str, float]]:
+        """Keys with scores, best first; only real hits (empty list when nothing is relevant).
+
+        Scores are a weighted sum of per-query normalised signals: higher is better, but
+        they are only comparable within one query.
+        """
+        content = _content_words(query)
+        if self._signals is None or limit <= 0 or not content:
+            return []
+        signals = self._signals
+        keyword, named = signals.lexicon.scores(content)
+        query_vector = embedder.embed([query])[0]
+        cosine = signals.vectors @ query_vector
+        if not (keyword > 0).any() and cosine.max() < GATE_COSINE:
+            return []
+        top = keyword.max()
+        fused = (W_SENTENCE * _zscore(signals.centred @ query_vector)
+                 + W_STATIC * _zscore(signals.static.cosine(query))
+                 + W_KEYWORD * (keyword / top if top > 0 else keyword) + W_NAME * named)
+        hits = np.flatnonzero((keyword > 0) | (cosine >= HIT_COSINE))
+        order = hits[np.lexsort((self._key_order[hits], -fused[hits]))][:limit]
+        return [(self._keys[i], round(float(fused[i]), 6)) for i in order]
+
+
+def _surface_forms(descriptions: list[str]) -> dict[str, str]:
     """Most common spelling of each word in the descriptions, keyed by its lower case."""
     spellings: dict[str, Counter[str]] = defaultdict(Counter)
-    for d in docs:
-        for word in _CASED_WORD.findall(d.description):
+    for description in descriptions:
+        for word in _CASED_WORD.findall(description):
             spellings[word.lower()][word] += 1
     return {lower: forms.most_common(1)[0][0] for lower, forms in spellings.items()}
 
@@ -202,118 +368,6 @@ def _zscore(x: np.ndarray) -> np.ndarray:
 
 def _normalise(rows: np.ndarray) -> np.ndarray:
     return rows / np.maximum(np.linalg.norm(rows, axis=-1, keepdims=True), 1e-9)
-
-
-class SearchIndex:
-    """Immutable index over a toolbox; build once, query many times."""
-
-    def __init__(self, keys: list[str], lexicon: _Lexicon, plain: np.ndarray,
-                 weighted: np.ndarray, spread: np.ndarray, surface: dict[str, str]) -> None:
-        self._keys = keys
-        self._key_order = np.argsort(np.argsort(np.asarray(keys, dtype=object)))  # tie-break rank
-        self._lexicon = lexicon
-        self._plain = plain  # unweighted mean-pooled doc vectors, unit length
-        self._weighted = weighted  # range-weighted doc vectors, unit length
-        self._spread = spread  # per vocabulary id: token weight in this index, NaN = not yet known
-        self._surface = surface  # lower-cased word -> its usual spelling in the descriptions
-
-    @classmethod
-    def build(cls, docs: Iterable[Document]) -> SearchIndex:
-        unique = list({d.key: d for d in docs}.values())  # a repeated key keeps its last doc
-        if not unique:
-            empty = np.zeros((0, 0), np.float32)
-            return cls([], _Lexicon({}, {}, {}), empty, empty, np.zeros(0, np.float32), {})
-        model = _model()
-        dictionary = model.words | {w for d in unique for w in _words(d.description) if len(w) >= 3}
-        memo: dict[str, list[str]] = {}
-        keywords = [_keywords(d, dictionary, memo) for d in unique]
-        postings, idf = _bm25_postings(keywords, [_words(d.description) for d in unique])
-        in_names: dict[str, list[int]] = defaultdict(list)
-        for doc, words in enumerate(keywords):
-            for term in {_stem(w) for w in words}:
-                in_names[term].append(doc)
-        # The vendor stays out of the vectors: a vendor shared by many tools adds the same
-        # words to all of them and blurs them together (measured worse); BM25 covers it.
-        token_ids = model.encode([" ".join(_name_words(d.name, dictionary, memo)) + " " + d.description
-                                  for d in unique])
-        ones = np.ones(len(model.vectors), np.float32)
-        plain = _normalise(_pool(model.vectors, token_ids, ones))
-        # Token weights for this index; query-only tokens are filled in on first use.
-        spread = np.full(len(model.vectors), np.nan, np.float32)
-        seen = np.unique(np.concatenate(token_ids))
-        spread[seen] = _token_spread(model, seen, plain)
-        weighted = _normalise(_pool(model.vectors, token_ids, np.nan_to_num(spread)))
-        lexicon = _Lexicon(postings, {t: np.array(d) for t, d in in_names.items()}, idf)
-        return cls([d.key for d in unique], lexicon, plain, weighted, spread, _surface_forms(unique))
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def search(self, query: str, limit: int = 10) -> list[tuple[str, float]]:
-        """Keys with scores, best first; only real hits (empty list when nothing is relevant).
-
-        Scores are a weighted sum of per-query normalised signals: higher is better, but
-        they are only comparable within one query.
-        """
-        if not self._keys or limit <= 0:
-            return []
-        content = [w for w in dict.fromkeys(_words(query)) if w not in _stop_words()]
-        keyword, named = self._keyword_scores(content)
-        cosine, votes = self._dense_scores(query, content)
-        if not self._anything_relevant(content, keyword, cosine):
-            return []
-        top = keyword.max()
-        fused = (W_DENSE * _zscore(cosine) + W_WORD * _zscore(votes)
-                 + W_KEYWORD * (keyword / top if top > 0 else keyword) + W_NAME * named)
-        hits = np.flatnonzero((keyword > 0) | (cosine >= HIT_COSINE))
-        order = hits[np.lexsort((self._key_order[hits], -fused[hits]))][:limit]
-        return [(self._keys[i], round(float(fused[i]), 6)) for i in order]
-
-    @staticmethod
-    def _anything_relevant(content: list[str], keyword: np.ndarray, cosine: np.ndarray) -> bool:
-        """A shared keyword, or a close dense match for a query with at least one real word.
-
-        Gibberish ("zzqx frobnicate") splits into sub-word shards that can look close to an
-        odd tool name, so dense evidence alone needs a word the tokenizer knows whole.
-        """
-        if (keyword > 0).any():
-            return True
-        return bool(cosine.max() >= GATE_COSINE and any(w in _model().words for w in content))
-
-    def _keyword_scores(self, content: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 per doc, and the idf-weighted share of the query's words in each doc's name."""
-        bm25, named = np.zeros(len(self._keys)), np.zeros(len(self._keys))
-        terms = {_stem(w) for w in content}
-        lex = self._lexicon
-        unseen = math.log(1 + (len(self._keys) + 0.5) / 0.5)  # unknown words: rarest possible
-        for term in terms:
-            if term in lex.postings:
-                docs, weights = lex.postings[term]
-                bm25[docs] += weights
-            if term in lex.in_names:
-                named[lex.in_names[term]] += lex.idf[term]
-        total = sum(lex.idf.get(t, unseen) for t in terms)
-        return bm25, named / total if total > 0 else named
-
-    def _dense_scores(self, query: str, content: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Range-weighted cosine of the whole query, and the per-word z-score votes."""
-        model = _model()
-        # The tokenizer is case-sensitive; respelling each word the way the tools spell it
-        # (else lower case) makes ranking ignore the query's case without losing "GitHub".
-        cased = _CASED_WORD.sub(lambda m: self._surface.get(m[0].lower(), m[0].lower()), query)
-        (query_ids,) = model.encode([cased])
-        missing = np.unique(query_ids[np.isnan(self._spread[query_ids])])
-        if missing.size:  # the cache only ever gains entries, so sharing it is harmless
-            self._spread[missing] = _token_spread(model, missing, self._plain)
-        vector = _normalise(self._spread[query_ids] @ model.vectors[query_ids])
-        votes = np.zeros(len(self._keys))
-        if content:
-            word_ids, word_of = model.encode_words(content)
-            words = np.zeros((len(content), model.vectors.shape[1]), np.float32)
-            np.add.at(words, word_of, model.vectors[word_ids])
-            word_cos = _normalise(words) @ self._plain.T
-            votes = np.maximum(_zscore(word_cos) - WORD_Z_FLOOR, 0.0).sum(axis=0)
-        return self._weighted @ vector, votes
 
 
 def _bm25_postings(
@@ -362,7 +416,7 @@ def _pool(vectors: np.ndarray, token_ids: list[np.ndarray], weights: np.ndarray)
     return out
 
 
-def _token_spread(model: _Model, tokens: np.ndarray, docs: np.ndarray) -> np.ndarray:
+def _token_spread(model: _Wordllama, tokens: np.ndarray, docs: np.ndarray) -> np.ndarray:
     """(max - mean cosine to the docs) ** RANGE_POWER for each given token id."""
     spread = np.empty(tokens.size, np.float32)
     for lo in range(0, tokens.size, _CHUNK):

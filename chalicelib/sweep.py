@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from chalicelib import connections, runs, toolbox
+from chalicelib import connections, notify, runs, toolbox
 from chalicelib.config import settings
 from chalicelib.store import agents as agent_store
 from chalicelib.store import queues
 from chalicelib.store import runs as run_store
 from chalicelib.store import sweep as sweep_store
-from chalicelib.store.agents import DemotionGuard
+from chalicelib.store.agents import DemotionGuard, News
 from chalicelib.store.records import AgentState, Connection, HistoryEvent, Promotion
 from chalicelib.workingset import Cause
 
@@ -59,6 +59,7 @@ class Report:
 
 def run(now: datetime, *, account_id: str | None = None, dispatch: Dispatch | None = None) -> Report:
     """One sweep over every agent with something due (or only `account_id`'s agents)."""
+    notify.drain()  # changes whose announcement a crash interrupted
     found = {**sweep_store.due_agents(now), **sweep_store.agents_to_review()}
     agent_ids = sorted(agent for agent, account in found.items() if account_id in (None, account))
     report = Report()
@@ -101,17 +102,18 @@ def review(state: AgentState, now: datetime, report: Report) -> None:
         report.held += [_entry(agent_id, p, cause.value, reason="run_in_flight") for p, cause in due]
         return  # flags and deadlines stay: a later sweep finds the agent again
     remaining = list(state.promotions)
-    for promotion, cause in due:
+    excess = len(remaining) - len(due) - state.agent.cap
+    never_called = sorted((p for p in remaining if p.last_used_at is None and not any(p is d for d, _ in due)),
+                          key=lambda p: (p.promoted_at, p.name))
+    plan = due + [(promotion, Cause.CAP) for promotion in never_called[:max(excess, 0)]]
+    for promotion, cause in plan:
         if not _demote(state, promotion, cause, now, report):
-            return
+            break
         remaining.remove(promotion)
-    excess = len(remaining) - state.agent.cap
-    never_called = sorted((p for p in remaining if p.last_used_at is None), key=lambda p: (p.promoted_at, p.name))
-    for promotion in never_called[:max(excess, 0)]:
-        if not _demote(state, promotion, Cause.CAP, now, report):
-            return
-        remaining.remove(promotion)
-    _keep_books(state, remaining)
+    else:
+        _keep_books(state, remaining)
+    if len(remaining) < len(state.promotions):
+        notify.announce(state, changes=len(state.promotions) - len(remaining), size=len(remaining))
 
 
 def revoke_connection(account_id: str, connection_id: str, now: datetime) -> tuple[Connection, Report]:
@@ -141,7 +143,8 @@ def _demote(state: AgentState, promotion: Promotion, cause: Cause, now: datetime
     agent_id = state.agent.agent_id
     event = HistoryEvent(promotion.vendor, promotion.name, action="demoted", cause=cause.value, actor=RULE, at=now)
     guard = DemotionGuard(lease_rev=state.lease_rev, last_used_at=promotion.last_used_at)
-    if agent_store.remove_promotion(agent_id, promotion.vendor, promotion.name, event, guard=guard):
+    news = News(webhook=bool(state.webhook_url))
+    if agent_store.remove_promotion(agent_id, promotion.vendor, promotion.name, event, news=news, guard=guard):
         report.demoted.append(_entry(agent_id, promotion, cause.value))
         return True
     report.held.append(_entry(agent_id, promotion, cause.value, reason="changed_since_read"))

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
-from chalicelib import toolbox
+from chalicelib import notify, toolbox
 from chalicelib.store import agents as agent_store
+from chalicelib.store.agents import News
 from chalicelib.store.records import AgentState, HistoryEvent, Promotion
 from chalicelib.toolbox import Tool
 
@@ -70,7 +71,7 @@ def promoted_tools(state: AgentState) -> list[Tool]:
 
 
 def promote(state: AgentState, vendor: str, name: str, *, by: PromotedBy, actor: str, now: datetime,
-            tool: Tool | None = None) -> Change:
+            tool: Tool | None = None, caller_told: bool = False) -> Change:
     """Put a tool in the working set; promoting a promoted tool changes nothing."""
     tool = tool or toolbox.resolve(state.agent.account_id, vendor, name)
     size = len(state.promotions)
@@ -80,17 +81,29 @@ def promote(state: AgentState, vendor: str, name: str, *, by: PromotedBy, actor:
     promotion = Promotion(vendor, name, promoted_at=now, promoted_by=by.value)
     changed = agent_store.add_promotion(
         state.agent.agent_id, state.agent.account_id, promotion, event,
-        due_at=idle_deadline(state, now), over_cap=size + 1 > state.agent.cap,
+        due_at=idle_deadline(state, now), over_cap=size + 1 > state.agent.cap, news=_news(state, caller_told),
     )
+    if changed:
+        notify.announce(state, changes=1, size=size + 1)
     return Change(size=size + 1 if changed else size, changed=changed, tool=tool)
 
 
-def demote(state: AgentState, vendor: str, name: str, *, cause: Cause, actor: str, now: datetime) -> Change:
+def demote(state: AgentState, vendor: str, name: str, *, cause: Cause, actor: str, now: datetime,
+           caller_told: bool = False) -> Change:
     """Take a tool out of the working set; demoting a tool that is not promoted changes nothing."""
     size = len(state.promotions)
     if state.promotion(vendor, name) is None:
         toolbox.resolve(state.agent.account_id, vendor, name)  # unknown tools are refused
         return Change(size=size, changed=False)
     event = HistoryEvent(vendor, name, action="demoted", cause=cause.value, actor=actor, at=now)
-    changed = agent_store.remove_promotion(state.agent.agent_id, vendor, name, event)
+    changed = agent_store.remove_promotion(state.agent.agent_id, vendor, name, event,
+                                           news=_news(state, caller_told))
+    if changed:
+        notify.announce(state, changes=1, size=size - 1)
     return Change(size=size - 1 if changed else size, changed=changed)
+
+
+def _news(state: AgentState, caller_told: bool) -> News:
+    """Who hears of a change: the webhook if the agent has one; the MCP caller if its own
+    response carries the notification."""
+    return News(webhook=bool(state.webhook_url), told_seq=state.change_seq + 1 if caller_told else None)

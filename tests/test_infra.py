@@ -6,15 +6,23 @@
   indexes and projections must match exactly.
 - The template's KMS key (connection secrets) and its alias: rotated, retained, administered by
   the account, named as the function's settings name it.
-- The policies are checked against the DynamoDB and KMS calls the store really makes: every public
-  store function is run under moto with its calls recorded; each call must be allowed, and the
-  policy may grant nothing that no call needs. The KMS grant is conditioned on the key's alias;
-  `allows` evaluates exactly the condition operators the policies use (and fails on any other).
-- `chalice package` runs for real and `cfn-lint` checks what it produced.
+- The template's SQS queues (`QUEUES`): named as the settings name them, each with its dead-letter
+  queue after `queues.MAX_RECEIVES` deliveries, a visibility timeout for its Lambda consumer,
+  SSE with SQS-managed keys. The fragment also adds a `DependsOn` to each consumer function
+  (Chalice's resource), so that Lambda's event source is made after its queue.
+- The policies are checked against the DynamoDB, KMS and SQS calls the store really makes: every
+  public store function is run under moto with its calls recorded; each call must be allowed, and
+  the policy may grant nothing that no call needs, except what Lambda's SQS event sources do with
+  the consumer's role (receive, delete, read attributes) on exactly the queues they consume. The
+  KMS grant is conditioned on the key's alias; `allows` evaluates exactly the condition operators
+  the policies use (and fails on any other).
+- `chalice package` runs for real and `cfn-lint` checks what it produced; its SQS event sources
+  must read the queues the fragment declares.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 import fnmatch
 import importlib
@@ -38,9 +46,11 @@ import boto3
 import botocore.client
 import pytest
 from chalice.config import Config
+from chalice.utils import to_cfn_resource_name
 
 import chalicelib.store
 from chalicelib import config as app_config
+from chalicelib.store import queues
 from chalicelib.store.models import TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,9 +76,10 @@ def stages() -> list[str]:
     return sorted(chalice_config()["stages"])
 
 
-def stage_config(stage: str) -> Config:
-    """The stage's settings as Chalice resolves them (top-level values inherited)."""
-    return Config(chalice_stage=stage, user_provided_params={"project_dir": str(ROOT)},
+def stage_config(stage: str, function: str = "api_handler") -> Config:
+    """The stage's settings as Chalice resolves them for one function (top-level values inherited;
+    `function` is a handler's `name=`)."""
+    return Config(chalice_stage=stage, function_name=function, user_provided_params={"project_dir": str(ROOT)},
                   config_from_disk=chalice_config())
 
 
@@ -106,6 +117,17 @@ def resolve(value: Any, parameters: dict[str, str]) -> Any:
     if isinstance(value, dict) and set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
         return re.sub(r"\$\{([^}!]+)\}", lambda match: parameters[match.group(1)], value["Fn::Sub"])
     return value
+
+
+def own_resources(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The resources the fragment declares (with a Type), by logical id."""
+    return {logical_id: resource for logical_id, resource in doc["Resources"].items() if "Type" in resource}
+
+
+def overlays(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What the fragment adds to resources that `chalice package` makes (no Type: the merge puts
+    these keys onto Chalice's resource of the same logical id)."""
+    return {logical_id: resource for logical_id, resource in doc["Resources"].items() if "Type" not in resource}
 
 
 def template_tables(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -330,9 +352,14 @@ def test_the_secrets_key_is_rotated_retained_and_named_as_the_function_expects(s
     assert secrets_key_problems(template(), stage) == []
 
 
-def test_the_template_holds_the_tables_and_the_secrets_key_and_nothing_else() -> None:
-    types = sorted(resource["Type"] for resource in template()["Resources"].values())
-    assert types == sorted(["AWS::DynamoDB::Table"] * len(TABLES) + ["AWS::KMS::Key", "AWS::KMS::Alias"])
+def test_the_template_holds_the_tables_the_secrets_key_and_the_queues_and_nothing_else() -> None:
+    types = sorted(resource["Type"] for resource in own_resources(template()).values())
+    assert types == sorted(["AWS::DynamoDB::Table"] * len(TABLES) + ["AWS::KMS::Key", "AWS::KMS::Alias"]
+                           + ["AWS::SQS::Queue"] * 2 * len(QUEUES))
+    # and on Chalice's resources, only the consumers' wait for their queues
+    assert overlays(template()) == {
+        queue.consumer_id: {"DependsOn": [queue.logical_id]} for queue in QUEUES
+    }
 
 
 def _key(doc: dict[str, Any]) -> dict[str, Any]:
@@ -392,15 +419,232 @@ def test_a_broken_secrets_key_fails_the_check(break_it: Callable[[dict[str, Any]
     assert secrets_key_problems(broken, "dev") != []
 
 
+# ---------------------------------------------------------------------------------------------
+# The queues
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A queue of the template and the function Lambda's event source feeds it to. Its name is a
+    property of the settings: the code sends by that name, `on_sqs_message(queue=...)` subscribes
+    by it (Chalice packages the event source as the ARN of that NAME, not as a reference to the
+    template's queue), and the template must declare the queue under the same name, with its
+    dead-letter queue `<name>-dlq` (as `queues.ensure` makes them on the local stack)."""
+
+    setting: str  # the Settings property that names the queue
+    logical_id: str  # the queue in infra/resources.json
+    dead_letter_id: str  # its dead-letter queue there
+    consumer: str  # the `name=` of its `on_sqs_message` handler
+
+    def name(self, stage: str) -> str:
+        return str(getattr(deployed_settings(stage), self.setting))
+
+    @property
+    def consumer_id(self) -> str:
+        """The consumer's logical id in the packaged template."""
+        return to_cfn_resource_name(self.consumer)
+
+
+QUEUES = [Queue("sweep_queue", "SweepQueue", "SweepDeadLetterQueue", "sweep_worker")]
+
+# AWS: a queue that feeds a Lambda function needs a visibility timeout of at least six times the
+# function's timeout (plus the event source's batching window); shorter, and a message comes back
+# for another delivery while an invocation (or Lambda's retry of a throttled one) still has it.
+VISIBILITY_PER_FUNCTION_TIMEOUT = 6
+SQS_DEFAULT_RETENTION_SECONDS = 4 * 24 * 3600
+DEAD_LETTER_RETENTION_SECONDS = 14 * 24 * 3600  # the most SQS keeps a message
+# What Lambda's SQS event source does with the consuming function's role (the three actions of
+# the managed policy AWSLambdaSQSQueueExecutionRole). SAM adds no policy of its own to a function
+# that has a role, as Chalice's functions all do: the stage policy grants them.
+EVENT_SOURCE_ACTIONS = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
+# Every SQS action (a wider grant must show up as allowed here).
+SQS_ACTIONS = [
+    "sqs:AddPermission", "sqs:CancelMessageMoveTask", "sqs:ChangeMessageVisibility", "sqs:CreateQueue",
+    "sqs:DeleteMessage", "sqs:DeleteQueue", "sqs:GetQueueAttributes", "sqs:GetQueueUrl",
+    "sqs:ListDeadLetterSourceQueues", "sqs:ListMessageMoveTasks", "sqs:ListQueueTags", "sqs:ListQueues",
+    "sqs:PurgeQueue", "sqs:ReceiveMessage", "sqs:RemovePermission", "sqs:SendMessage", "sqs:SetQueueAttributes",
+    "sqs:StartMessageMoveTask", "sqs:TagQueue", "sqs:UntagQueue",
+]
+
+
+def queue_arn(name: str, *, region: str = ARN_REGION, account: str = ARN_ACCOUNT) -> str:
+    return f"arn:aws:sqs:{region}:{account}:{name}"
+
+
+def queue_problems(doc: dict[str, Any], stage: str, queue: Queue, *, worker_timeout: int,
+                   batching_window: int = 0) -> list[str]:
+    """What is wrong with the template's queue and dead-letter queue for a stage (nothing: []),
+    given the timeout of the function that consumes it."""
+    resources = doc.get("Resources", {})
+    if queue.logical_id not in resources or queue.dead_letter_id not in resources:
+        return [f"want {queue.logical_id} and {queue.dead_letter_id}, found {sorted(resources)}"]
+    main, dead = resources[queue.logical_id], resources[queue.dead_letter_id]
+    problems = []
+    for logical_id, resource, name in ((queue.logical_id, main, queue.name(stage)),
+                                       (queue.dead_letter_id, dead, f"{queue.name(stage)}-dlq")):
+        properties = resource.get("Properties", {})
+        if resource.get("Type") != "AWS::SQS::Queue" or properties.get("FifoQueue", False) is not False:
+            problems.append(f"{logical_id} is not a standard SQS queue")
+        declared = resolve(properties.get("QueueName"), {"Stage": stage})
+        if declared != name:
+            problems.append(f"{logical_id} is named {declared!r}, the code uses {name!r}")
+        # A queue holds work that the next sweep finds again, nothing lasting: it goes with the
+        # stack (a retained one would also block a new stack of the stage, which names it).
+        if (resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")) != ("Delete", "Delete"):
+            problems.append(f"{logical_id} is not deleted with the stack")
+        # SSE-SQS: encrypted at rest, and no KMS grant for the sender or the event source
+        if properties.get("SqsManagedSseEnabled") is not True or "KmsMasterKeyId" in properties:
+            problems.append(f"{logical_id} is not encrypted with SQS-managed keys")
+    main_properties, dead_properties = main.get("Properties", {}), dead.get("Properties", {})
+    redrive = main_properties.get("RedrivePolicy", {})
+    if redrive.get("deadLetterTargetArn") != {"Fn::GetAtt": [queue.dead_letter_id, "Arn"]}:
+        problems.append(f"{queue.logical_id} does not redrive to {queue.dead_letter_id}: {redrive}")
+    if str(redrive.get("maxReceiveCount")) != str(queues.MAX_RECEIVES):
+        problems.append(f"maxReceiveCount is {redrive.get('maxReceiveCount')}, queues.MAX_RECEIVES is "
+                        f"{queues.MAX_RECEIVES}")
+    if "RedrivePolicy" in dead_properties:
+        problems.append(f"{queue.dead_letter_id} redrives further")
+    visibility = int(main_properties.get("VisibilityTimeout", 30))
+    needed = VISIBILITY_PER_FUNCTION_TIMEOUT * worker_timeout + batching_window
+    if visibility < needed:
+        problems.append(f"VisibilityTimeout {visibility} s < {VISIBILITY_PER_FUNCTION_TIMEOUT} x the consumer's "
+                        f"{worker_timeout} s + {batching_window} s")
+    # A message keeps its first enqueue time in a standard dead-letter queue: it must be kept
+    # there longer than on the queue, and the longest SQS allows gives time to look at it.
+    retention = int(main_properties.get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION_SECONDS))
+    dead_retention = int(dead_properties.get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION_SECONDS))
+    if dead_retention != DEAD_LETTER_RETENTION_SECONDS or dead_retention <= retention:
+        problems.append(f"{queue.dead_letter_id} keeps messages {dead_retention} s (the queue {retention} s)")
+    return problems
+
+
+def consumer_timeout(stage: str, queue: Queue) -> int:
+    """The consumer's timeout as Chalice resolves it (lambda_functions may override it)."""
+    return int(stage_config(stage, queue.consumer).lambda_timeout)
+
+
+@pytest.mark.parametrize("queue", QUEUES, ids=lambda queue: queue.setting)
+@pytest.mark.parametrize("stage", stages())
+def test_queues_are_named_as_the_code_names_them_with_their_dead_letter_queues(stage: str, queue: Queue) -> None:
+    assert queue.name(stage).startswith(f"workset-{stage}-")
+    assert queue_problems(template(), stage, queue, worker_timeout=consumer_timeout(stage, queue)) == []
+
+
+def test_the_app_consumes_exactly_the_queues_of_the_template() -> None:
+    """`on_sqs_message` handlers (as the tests' settings name the queues) against `QUEUES`."""
+    from chalice.app import SQSEventConfig
+
+    from app import app
+
+    consumed = {(source.name, source.queue, source.queue_arn)
+                for source in app.event_sources if isinstance(source, SQSEventConfig)}
+    assert consumed == {(queue.consumer, getattr(app_config.settings(), queue.setting), None) for queue in QUEUES}
+
+
+def _sweep_queue(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc["Resources"]["SweepQueue"]
+
+
+def _sweep_dead_letters(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc["Resources"]["SweepDeadLetterQueue"]
+
+
+def _queue_misnamed(doc: dict[str, Any]) -> None:
+    _sweep_queue(doc)["Properties"]["QueueName"] = {"Fn::Sub": "workset-${Stage}-sweeps"}
+
+
+def _queue_without_stage(doc: dict[str, Any]) -> None:
+    _sweep_queue(doc)["Properties"]["QueueName"] = "workset-sweep"
+
+
+def _dead_letters_misnamed(doc: dict[str, Any]) -> None:
+    _sweep_dead_letters(doc)["Properties"]["QueueName"] = {"Fn::Sub": "workset-${Stage}-sweep-dead"}
+
+
+def _three_receives(doc: dict[str, Any]) -> None:
+    _sweep_queue(doc)["Properties"]["RedrivePolicy"]["maxReceiveCount"] = 3
+
+
+def _no_redrive(doc: dict[str, Any]) -> None:
+    del _sweep_queue(doc)["Properties"]["RedrivePolicy"]
+
+
+def _redrive_to_a_name(doc: dict[str, Any]) -> None:
+    _sweep_queue(doc)["Properties"]["RedrivePolicy"]["deadLetterTargetArn"] = "arn:aws:sqs:us-east-1:1:other-dlq"
+
+
+def _no_dead_letter_queue(doc: dict[str, Any]) -> None:
+    del doc["Resources"]["SweepDeadLetterQueue"]
+
+
+def _local_visibility(doc: dict[str, Any]) -> None:
+    _sweep_queue(doc)["Properties"]["VisibilityTimeout"] = 60  # what `queues.ensure` sets locally
+
+
+def _dead_letters_kept_four_days(doc: dict[str, Any]) -> None:
+    del _sweep_dead_letters(doc)["Properties"]["MessageRetentionPeriod"]
+
+
+def _queue_kept_as_long_as_its_dead_letters(doc: dict[str, Any]) -> None:
+    _sweep_queue(doc)["Properties"]["MessageRetentionPeriod"] = DEAD_LETTER_RETENTION_SECONDS
+
+
+def _kms_encrypted(doc: dict[str, Any]) -> None:
+    _sweep_queue(doc)["Properties"].pop("SqsManagedSseEnabled")
+    _sweep_queue(doc)["Properties"]["KmsMasterKeyId"] = "alias/aws/sqs"
+
+
+def _dead_letters_unencrypted(doc: dict[str, Any]) -> None:
+    _sweep_dead_letters(doc)["Properties"]["SqsManagedSseEnabled"] = False
+
+
+def _queue_retained(doc: dict[str, Any]) -> None:
+    _sweep_queue(doc)["DeletionPolicy"] = "Retain"
+
+
+def _fifo(doc: dict[str, Any]) -> None:
+    _sweep_queue(doc)["Properties"]["FifoQueue"] = True
+
+
+@pytest.mark.parametrize(
+    "break_it",
+    [_queue_misnamed, _queue_without_stage, _dead_letters_misnamed, _three_receives, _no_redrive, _redrive_to_a_name,
+     _no_dead_letter_queue, _local_visibility, _dead_letters_kept_four_days, _queue_kept_as_long_as_its_dead_letters,
+     _kms_encrypted, _dead_letters_unencrypted, _queue_retained, _fifo],
+)
+def test_a_broken_queue_fails_the_check(break_it: Callable[[dict[str, Any]], None]) -> None:
+    (queue,) = (queue for queue in QUEUES if queue.logical_id == "SweepQueue")
+    broken = template()
+    break_it(broken)
+    assert queue_problems(broken, "dev", queue, worker_timeout=consumer_timeout("dev", queue)) != []
+
+
+@pytest.mark.parametrize("queue", QUEUES, ids=lambda queue: queue.setting)
+def test_a_longer_consumer_timeout_needs_a_longer_visibility_timeout(queue: Queue) -> None:
+    """The relation is checked, not a number: a consumer given a timeout just past a sixth of the
+    visibility timeout (in .chalice/config.json) fails."""
+    visibility = int(template()["Resources"][queue.logical_id]["Properties"]["VisibilityTimeout"])
+    longest = visibility // VISIBILITY_PER_FUNCTION_TIMEOUT
+    assert queue_problems(template(), "dev", queue, worker_timeout=longest) == []
+    assert queue_problems(template(), "dev", queue, worker_timeout=longest + 1) != []
+    window = visibility - VISIBILITY_PER_FUNCTION_TIMEOUT * longest + 1  # and so does a batching window
+    assert queue_problems(template(), "dev", queue, worker_timeout=longest, batching_window=window) != []
+
+
 def test_the_stage_parameter_allows_exactly_the_chalice_stages() -> None:
     parameter = template()["Parameters"]["Stage"]
     assert "Default" not in parameter  # a template packaged for one stage must be told which
     assert sorted(parameter["AllowedValues"]) == stages()
 
 
-def test_the_fragment_alone_passes_cfn_lint() -> None:
-    """Fast feedback that needs no packaging (the full template is linted further down)."""
-    findings = cfn_lint(RESOURCES)
+def test_the_fragment_alone_passes_cfn_lint(tmp_path: Path) -> None:
+    """Fast feedback that needs no packaging (the full template is linted further down). The
+    overlays on Chalice's resources are left out: alone, they are not resources."""
+    own = template()
+    own["Resources"] = own_resources(own)
+    path = tmp_path / "resources.json"
+    path.write_text(json.dumps(own))
+    findings = cfn_lint(path)
     assert findings == [], findings
 
 
@@ -426,6 +670,8 @@ def test_stage_configuration(stage: str) -> None:
     assert deployed.table_prefix == f"workset-{stage}"
     # the template's alias (alias/workset-<Stage>) and the policy's condition name this key
     assert deployed.kms_key_id == f"alias/workset-{stage}"
+    # the template's queue (workset-<Stage>-sweep) and the policy's grants name this queue
+    assert deployed.sweep_queue == f"workset-{stage}-sweep"
     # One vendor call may take a connect and a read timeout; API Gateway gives up at 29 s, so the
     # function must stop first (otherwise it runs on, billed, after the client got a 504).
     assert 2 * deployed.vendor_timeout_seconds <= config.lambda_timeout < API_GATEWAY_LIMIT_SECONDS
@@ -520,19 +766,24 @@ def table_arn(stage: str, suffix: str, index: str | None = None, *, region: str 
 @dataclass(frozen=True)
 class Call:
     """One authorization a store call needs, independent of the stage: a DynamoDB action on a
-    table (by its name without the prefix) or index, or a KMS action on the secrets key."""
+    table (by its name without the prefix) or index, a KMS action on the secrets key, or an SQS
+    action on a queue (by its name without the prefix)."""
 
     action: str
     table: str | None = None
     index: str | None = None
     encryption_context_keys: tuple[str, ...] = ()
     by_alias: bool = False  # the request named the key by its alias (kms:RequestAlias)
+    queue: str | None = None
 
     def request(self, stage: str) -> tuple[str, str, Context]:
         """(action, resource, condition keys) as IAM sees the call made by the stage's function."""
         if self.action.startswith("dynamodb:"):
             assert self.table is not None
             return self.action, table_arn(stage, self.table, self.index), {}
+        if self.action.startswith("sqs:"):
+            assert self.queue is not None
+            return self.action, queue_arn(f"{table_prefix(stage)}-{self.queue}"), {}
         context: Context = {"kms:ResourceAliases": [key_alias(stage)]}
         if self.encryption_context_keys:
             context["kms:EncryptionContextKeys"] = list(self.encryption_context_keys)
@@ -565,6 +816,24 @@ def kms_call(operation: str, params: dict[str, Any], answer: dict[str, Any], key
         assert params["KeyId"] == app_config.settings().kms_key_id, params["KeyId"]
     return Call(f"kms:{operation}", encryption_context_keys=tuple(sorted(params.get("EncryptionContext", {}))),
                 by_alias=by_alias)
+
+
+# The batch operations of SQS are authorized as the single ones.
+SQS_BATCHES = {"SendMessageBatch": "SendMessage", "DeleteMessageBatch": "DeleteMessage",
+               "ChangeMessageVisibilityBatch": "ChangeMessageVisibility"}
+
+
+def sqs_call(operation: str, params: dict[str, Any]) -> Call:
+    """What one SQS API call is authorized against: the queue it names or addresses (prefixed)."""
+    name = params["QueueName"] if "QueueName" in params else params["QueueUrl"].rstrip("/").rsplit("/", 1)[1]
+    return Call(f"sqs:{SQS_BATCHES.get(operation, operation)}", queue=name)
+
+
+def unrecorded(service: str) -> Any:
+    """A client whose calls `record_aws` leaves out: the exercise looks at what the store did."""
+    client = boto3.client(service)
+    client.unrecorded = True
+    return client
 
 
 def exercise_store() -> set[str]:
@@ -683,6 +952,16 @@ def exercise_store() -> set[str]:
     assert connections.revoke("acct", "cn1", now) is False
     assert connections.get("acct", "cn1").status == connections.REVOKED
     assert run(connections.get, "other", "cn1") is None
+
+    # Queues: the sweep's batches (the queue made by `queues.ensure`, as conftest does; in AWS the
+    # template declares it). Eleven bodies take two SendMessageBatch calls; the URL is looked up.
+    queues._url.cache_clear()
+    sweep_queue = app_config.settings().sweep_queue
+    run(queues.send, sweep_queue, [{"agent_ids": [f"a{number}"]} for number in range(11)])
+    sqs = unrecorded("sqs")
+    attributes = sqs.get_queue_attributes(QueueUrl=sqs.get_queue_url(QueueName=sweep_queue)["QueueUrl"],
+                                          AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
+    assert attributes["ApproximateNumberOfMessages"] == "11"
     return ran
 
 
@@ -693,8 +972,10 @@ NOT_CALLED_BY_THE_FUNCTION = {"base", "models", "records", "tables"}
 PURE = {"chalicelib.store.history.new_item", "chalicelib.store.agents.due_fields",
         "chalicelib.store.agents.review_actions"}
 # Public store functions that only the local stack and tests call: the deployed function must
-# not be able to (the template makes the key and its alias).
-NOT_DEPLOYED = {"chalicelib.store.vault.ensure_key"}
+# not be able to (the template makes the key and its alias), or need not (the template makes the
+# queues, and Lambda's event sources receive and delete their messages).
+NOT_DEPLOYED = {"chalicelib.store.vault.ensure_key", "chalicelib.store.queues.ensure",
+                "chalicelib.store.queues.receive", "chalicelib.store.queues.delete"}
 
 
 def public_store_functions() -> set[str]:
@@ -716,6 +997,8 @@ def record_aws(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, dict[str
     original = botocore.client.BaseClient._make_api_call
 
     def record(client: Any, operation: str, params: dict[str, Any]) -> Any:
+        if getattr(client, "unrecorded", False):
+            return original(client, operation, params)
         entry = (client.meta.service_model.service_name, operation, copy.deepcopy(params), {})
         calls.append(entry)
         answer = original(client, operation, params)
@@ -743,6 +1026,10 @@ def store_calls(record_aws: list[tuple[str, str, dict[str, Any], dict[str, Any]]
                 needed.append(Call(call.action, call.table[len(prefix):], call.index))
         elif service == "kms":
             needed.append(kms_call(operation, params, answer, key_arn))
+        elif service == "sqs":
+            call = sqs_call(operation, params)
+            assert call.queue is not None and call.queue.startswith(prefix), call
+            needed.append(Call(call.action, queue=call.queue[len(prefix):]))
         else:
             raise AssertionError(f"the store calls {service}:{operation}; the policies know nothing of {service}")
     return needed
@@ -755,7 +1042,9 @@ def test_policy_allows_every_call_the_store_makes_and_nothing_more(stage: str, s
     assert not denied, f"policy-{stage}.json denies calls the store makes: {denied}"
 
     needed = {call.action.lower() for call in store_calls}
-    assert {"kms:encrypt", "kms:decrypt"} <= needed
+    assert {"kms:encrypt", "kms:decrypt", "sqs:getqueueurl", "sqs:sendmessage"} <= needed
+    if QUEUES:  # and Lambda's event sources, through the consumers' roles
+        needed |= {action.lower() for action in EVENT_SOURCE_ACTIONS}
     granted = {
         action.lower()
         for statement in _statements(document)
@@ -849,8 +1138,104 @@ def test_ensure_key_is_for_the_local_stack_only(
     assert callers == [], f"the deployed code calls ensure_key, which its role may not: {callers}"
 
 
-# The services the function's role reaches; a new one (SQS, ...) is a deliberate change here.
-SERVICES = {"dynamodb", "kms", "logs"}
+@pytest.mark.parametrize("stage", stages())
+def test_policy_reaches_exactly_the_stage_queues(stage: str, store_calls: list[Call]) -> None:
+    """Sending: the actions the store's calls need, on the queues it sends to. Consuming: what
+    Lambda's event sources do, on the queues of `QUEUES`. Nothing else of SQS, nothing on a
+    dead-letter queue, nothing of another stage."""
+    document = policy(stage)
+    expected = {(call.action, queue_arn(f"{table_prefix(stage)}-{call.queue}", region="*", account="*"))
+                for call in store_calls if call.queue is not None}
+    expected |= {(action, queue_arn(queue.name(stage), region="*", account="*"))
+                 for queue in QUEUES for action in EVENT_SOURCE_ACTIONS}
+    granted = set()
+    for statement in _statements(document):
+        actions = _as_list(statement["Action"])
+        if any(action.startswith("sqs:") for action in actions):
+            assert all(action.startswith("sqs:") for action in actions), statement
+            assert "Condition" not in statement, statement
+            granted |= {(action, resource) for action in actions for resource in _as_list(statement["Resource"])}
+    assert granted == expected
+    for queue in QUEUES:
+        name = queue.name(stage)
+        for action in EVENT_SOURCE_ACTIONS:
+            assert allows(document, action, queue_arn(name)), action
+        wanted = {action for action, _ in expected}
+        for action in SQS_ACTIONS:
+            if action not in wanted:
+                assert not allows(document, action, queue_arn(name)), action
+            assert not allows(document, action, queue_arn(f"{name}-dlq")), action
+            for other in set(stages()) - {stage}:
+                assert not allows(document, action, queue_arn(queue.name(other))), (action, other)
+
+
+def deployed_uses(module: str, names: set[str]) -> list[str]:
+    """Where the deployed code (app.py and chalicelib/, what `chalice package` ships; not local/)
+    names one of `names` of `module`: imported from it, or as an attribute of the module."""
+    package, _, leaf = module.rpartition(".")
+    uses = []
+    for path in [ROOT / "app.py", *sorted((ROOT / "chalicelib").rglob("*.py"))]:
+        where = path.relative_to(ROOT)
+        if where.with_suffix("").as_posix().replace("/", ".") == module:
+            continue
+        tree = ast.parse(path.read_text(), str(where))
+        bound = {module}  # the names the module goes by in this file
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                package_parts = where.with_suffix("").parts[:-1]  # `from . import` starts here
+                base = package_parts[:len(package_parts) - node.level + 1] if node.level else ()
+                source = ".".join([*base, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    if source == module and alias.name in names:
+                        uses.append(f"{where}:{node.lineno} imports {alias.name}")
+                    if source == package and alias.name == leaf:
+                        bound.add(alias.asname or leaf)
+            elif isinstance(node, ast.Import):
+                bound.update(alias.asname for alias in node.names if alias.name == module and alias.asname)
+        uses += [f"{where}:{node.lineno} {ast.unparse(node)}" for node in ast.walk(tree)
+                 if isinstance(node, ast.Attribute) and node.attr in names and ast.unparse(node.value) in bound]
+    return uses
+
+
+def test_deployed_uses_finds_every_way_of_naming_a_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "chalicelib" / "store"
+    fake.mkdir(parents=True)
+    (tmp_path / "app.py").write_text("from chalicelib.store import queues\nqueues.send('q', [])\n")
+    (fake / "a.py").write_text("from chalicelib.store import queues as q\nq.ensure('x')\n")
+    (fake / "b.py").write_text("from chalicelib.store.queues import receive\n")
+    (fake / "c.py").write_text("from . import queues\nqueues.delete('q', 'h')\n")
+    (fake / "d.py").write_text("import chalicelib.store.queues\nchalicelib.store.queues.ensure('x')\n")
+    (fake / "queues.py").write_text("def ensure(name): receive(name)\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    uses = deployed_uses("chalicelib.store.queues", {"ensure", "receive", "delete"})
+    assert [use.split(" ", 1)[0] for use in uses] == [
+        "chalicelib/store/a.py:2", "chalicelib/store/b.py:1", "chalicelib/store/c.py:2", "chalicelib/store/d.py:2"]
+
+
+@pytest.mark.parametrize("stage", stages())
+def test_queue_making_and_polling_are_for_the_local_stack_only(
+    stage: str, record_aws: list[tuple[str, str, dict[str, Any], dict[str, Any]]]
+) -> None:
+    """The template makes the queues and Lambda's event sources receive and delete; `ensure`,
+    `receive` and `delete` are the local stack's and the tests' way: no code of the deployed
+    functions calls them, and the policy grants none of the calls that make or change a queue."""
+    fresh = f"{app_config.settings().table_prefix}-fresh"
+    queues.ensure(fresh)
+    operations = {operation for service, operation, _, _ in record_aws if service == "sqs"}
+    assert operations == {"CreateQueue", "GetQueueAttributes"}  # GetQueueAttributes: the DLQ's ARN
+    assert {sqs_call(operation, params).queue for _, operation, params, _ in record_aws} == {fresh, f"{fresh}-dlq"}
+    for queue in QUEUES:
+        name = queue.name(stage)
+        for resource in ("*", queue_arn(name), queue_arn(f"{name}-dlq"), queue_arn(f"workset-{stage}-fresh")):
+            for action in ("sqs:CreateQueue", "sqs:SetQueueAttributes", "sqs:DeleteQueue", "sqs:TagQueue"):
+                assert not allows(policy(stage), action, resource), (action, resource)
+        assert not allows(policy(stage), "sqs:GetQueueAttributes", queue_arn(f"{name}-dlq"))
+    uses = deployed_uses("chalicelib.store.queues", {"ensure", "receive", "delete"})
+    assert uses == [], f"the deployed code makes or polls queues itself, which Lambda and the template do: {uses}"
+
+
+# The services the function's role reaches; a new one is a deliberate change here.
+SERVICES = {"dynamodb", "kms", "logs", "sqs"}
 
 
 @pytest.mark.parametrize("stage", stages())
@@ -1007,26 +1392,130 @@ def test_package_vendors_every_dependency(packaged: dict[str, Any]) -> None:
 
 
 def test_packaged_template_is_consistent(packaged: dict[str, Any]) -> None:
-    """The merge kept Chalice's resources and added ours; every function (the API handler and the
-    scheduled sweep), its role, the tables and the key agree on the stage."""
+    """The merge kept Chalice's resources and added ours; every function (the API handler, the
+    scheduled sweep and the queue consumers), its role, the tables and the key agree on the stage."""
     packaged_template = packaged["template"]
     resources = packaged_template["Resources"]
     functions = {i: r["Properties"] for i, r in resources.items() if r["Type"] == "AWS::Serverless::Function"}
-    assert {"APIHandler", "Sweep"} <= set(functions)
+    assert {"APIHandler", "Sweep", *(queue.consumer_id for queue in QUEUES)} <= set(functions)
     groups = f"arn:aws:logs:{ARN_REGION}:{ARN_ACCOUNT}:log-group:/aws/lambda"
     for logical_id, function in functions.items():
         assert function["Timeout"] == stage_config("dev").lambda_timeout, logical_id
         assert function["Environment"]["Variables"] == stage_config("dev").environment_variables, logical_id
+        # Chalice gives every function a role with the stage policy (so SAM adds none of its own,
+        # for an SQS event source either): the policy is all the function and its events get.
         role = resources[function["Role"]["Fn::GetAtt"][0]]["Properties"]
         assert [p["PolicyDocument"] for p in role["Policies"]] == [policy("dev")], logical_id
+        assert "ManagedPolicyArns" not in role and "Policies" not in function, logical_id
         # CloudFormation names the function <stack>-<logical id>-<random>; the stack is workset-dev
         assert "FunctionName" not in function, logical_id
         log_stream = f"{groups}/workset-dev-{logical_id}-1A2B3C4D5E6F:log-stream:x"
         assert allows(policy("dev"), "logs:PutLogEvents", log_stream), logical_id
     assert declared_tables(packaged_template, "dev") == declared_tables(template(), "dev")
-    for logical_id, resource in template()["Resources"].items():  # the tables, the key and its alias
+    for logical_id, resource in own_resources(template()).items():  # tables, key, alias, queues
         assert resources[logical_id] == resource, logical_id
+    for logical_id, overlay in overlays(template()).items():  # merged onto Chalice's resources
+        assert logical_id in functions, f"{logical_id} is no function of the packaged template"
+        assert {key: resources[logical_id].get(key) for key in overlay} == overlay, logical_id
     assert packaged_template["Parameters"]["Stage"] == template()["Parameters"]["Stage"]
+
+
+PSEUDO_PARAMETERS = {"AWS::Partition": "aws", "AWS::Region": ARN_REGION, "AWS::AccountId": ARN_ACCOUNT}
+
+
+def arn_in(doc: dict[str, Any], value: Any, stage: str) -> Any:
+    """The ARN a template value comes to for a stage: an `Fn::Sub` (Chalice's event sources) or
+    the `Arn` of one of the template's queues."""
+    if isinstance(value, dict) and set(value) == {"Fn::GetAtt"} and value["Fn::GetAtt"][1] == "Arn":
+        target = doc["Resources"].get(value["Fn::GetAtt"][0], {})
+        if target.get("Type") == "AWS::SQS::Queue":
+            return queue_arn(resolve(target["Properties"]["QueueName"], {"Stage": stage}))
+    return resolve(value, {"Stage": stage, **PSEUDO_PARAMETERS})
+
+
+def event_source_problems(doc: dict[str, Any], stage: str) -> list[str]:
+    """What is wrong with the packaged template's SQS event sources (nothing: []): each of
+    `QUEUES` is read by one event source of its consumer, which points at the ARN of the queue
+    the template declares, is made after that queue, and fits its visibility timeout; no other
+    function reads a queue."""
+    resources = doc["Resources"]
+    sources = {
+        (function_id, event_id): event["Properties"]
+        for function_id, resource in resources.items() if resource["Type"] == "AWS::Serverless::Function"
+        for event_id, event in resource["Properties"].get("Events", {}).items() if event["Type"] == "SQS"
+    }
+    problems = []
+    if sorted(function_id for function_id, _ in sources) != sorted(queue.consumer_id for queue in QUEUES):
+        problems.append(f"SQS event sources {sorted(sources)}, want one for each of "
+                        f"{[queue.consumer_id for queue in QUEUES]}")
+    for queue in QUEUES:
+        declared = arn_in(doc, {"Fn::GetAtt": [queue.logical_id, "Arn"]}, stage)
+        for (function_id, event_id), properties in sources.items():
+            if function_id != queue.consumer_id:
+                continue
+            source = arn_in(doc, properties["Queue"], stage)
+            if source != declared:
+                problems.append(f"{function_id}.{event_id} reads {source}, the template declares {declared}")
+            # Lambda cannot make an event source of a queue that does not exist yet; Chalice's
+            # Fn::Sub of a name orders nothing, the consumer's DependsOn does (its event source
+            # mapping refers to the function, so it waits for both)
+            if queue.logical_id not in _as_list(resources[function_id].get("DependsOn", [])):
+                problems.append(f"{function_id} (and so {event_id}) does not wait for {queue.logical_id}")
+            problems += queue_problems(doc, stage, queue, worker_timeout=resources[function_id]["Properties"]["Timeout"],
+                                       batching_window=properties.get("MaximumBatchingWindowInSeconds", 0))
+    return problems
+
+
+def test_packaged_event_sources_read_the_declared_queues(packaged: dict[str, Any]) -> None:
+    assert event_source_problems(packaged["template"], "dev") == []
+
+
+def _source_of(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc["Resources"]["SweepWorker"]["Properties"]["Events"]["SweepWorkerSqsEventSource"]["Properties"]
+
+
+def _declared_queue_renamed(doc: dict[str, Any]) -> None:
+    doc["Resources"]["SweepQueue"]["Properties"]["QueueName"] = {"Fn::Sub": "workset-${Stage}-sweep-queue"}
+
+
+def _source_of_another_name(doc: dict[str, Any]) -> None:
+    _source_of(doc)["Queue"] = {"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:sweep"}
+
+
+def _source_on_the_dead_letters(doc: dict[str, Any]) -> None:
+    _source_of(doc)["Queue"] = {"Fn::GetAtt": ["SweepDeadLetterQueue", "Arn"]}
+
+
+def _consumer_does_not_wait(doc: dict[str, Any]) -> None:
+    del doc["Resources"]["SweepWorker"]["DependsOn"]
+
+
+def _second_consumer(doc: dict[str, Any]) -> None:
+    doc["Resources"]["Sweep"]["Properties"]["Events"]["Extra"] = {"Type": "SQS", "Properties": _source_of(doc)}
+
+
+def _slow_consumer(doc: dict[str, Any]) -> None:
+    doc["Resources"]["SweepWorker"]["Properties"]["Timeout"] = 900
+
+
+def _batching_window(doc: dict[str, Any]) -> None:
+    _source_of(doc)["MaximumBatchingWindowInSeconds"] = 300
+
+
+def _packaged_three_receives(doc: dict[str, Any]) -> None:
+    doc["Resources"]["SweepQueue"]["Properties"]["RedrivePolicy"]["maxReceiveCount"] = 3
+
+
+@pytest.mark.parametrize(
+    "break_it",
+    [_declared_queue_renamed, _source_of_another_name, _source_on_the_dead_letters, _consumer_does_not_wait,
+     _second_consumer, _slow_consumer, _batching_window, _packaged_three_receives],
+)
+def test_a_broken_event_source_fails_the_check(packaged: dict[str, Any],
+                                               break_it: Callable[[dict[str, Any]], None]) -> None:
+    broken = copy.deepcopy(packaged["template"])
+    break_it(broken)
+    assert event_source_problems(broken, "dev") != []
 
 
 def test_deploy_script_parses() -> None:

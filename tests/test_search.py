@@ -6,9 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from chalicelib.search import Document, SearchIndex, _model, _stem
+from chalicelib import embedder, search
+from chalicelib.search import VECTOR_BYTES, Document, SearchIndex, _stem, _wordllama, document_vector
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,19 +209,86 @@ def test_stemmer_joins_word_forms() -> None:
     assert stems == {"order"}
 
 
-def test_model_is_loaded_once_per_process() -> None:
-    # GIVEN the model was used once
-    first = _model()
-    # WHEN it is asked for again
-    second = _model()
+def test_document_vector_is_384_float16_values() -> None:
+    # GIVEN a tool as the app publishes it
+    # WHEN its vector is computed for storage
+    vector = document_vector("stripe", "create-invoice", "Create and send an invoice for a customer.")
+    # THEN it is 768 bytes of finite float16 values of unit length
+    values = np.frombuffer(vector, "<f2").astype(np.float32)
+    assert len(vector) == VECTOR_BYTES == 768
+    assert np.isfinite(values).all() and abs(np.linalg.norm(values) - 1) < 1e-2
+
+
+def test_stored_vectors_rank_like_computed_ones(index: SearchIndex) -> None:
+    # GIVEN the toolbox again, this time with the vectors the app stored at publish
+    stored = SearchIndex.build(
+        Document(f"{v}/{n}", v, n, d, document_vector(v, n, d)) for v, n, d in TOOLBOX
+    )
+    # WHEN both indexes answer the same queries
+    # THEN the answers are the same (one by one or in a batch, float32 sums may differ in the last bit)
+    for query in ("unleashed sales orders", "credit card transactions", "weather", "refund a customer order"):
+        fresh, kept = index.search(query), stored.search(query)
+        assert keys(kept) == keys(fresh)
+        assert [score for _, score in kept] == pytest.approx([score for _, score in fresh], abs=1e-4)
+
+
+def test_build_from_stored_vectors_runs_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN documents that carry their stored vectors
+    docs = [Document(f"{v}/{n}", v, n, d, document_vector(v, n, d)) for v, n, d in TOOLBOX]
+    # WHEN an index is built while embedding is made to fail
+    def refuse(texts: list[str]) -> np.ndarray:
+        raise AssertionError("build embedded a document")
+
+    monkeypatch.setattr(embedder, "embed", refuse)
+    built = SearchIndex.build(docs)
+    # THEN the build succeeds on the stored vectors alone
+    assert len(built) == len(TOOLBOX)
+
+
+def test_stored_vector_is_what_ranks() -> None:
+    # GIVEN a tool whose stored vector was computed from a weather description
+    weather = document_vector("acme", "tool", "Forecast of rain, wind and temperature for a city.")
+    built = SearchIndex.build([Document("acme/tool", "acme", "tool", "Does things.", weather),
+                               doc("acme", "other", "Create an invoice.")])
+    # WHEN the agent asks about the weather forecast, sharing no word with either description
+    hits = keys(built.search("will it be sunny tomorrow"))
+    # THEN the stored vector, not the description, decides
+    assert hits[:1] == ["acme/tool"]
+
+
+def test_vector_of_the_wrong_size_is_refused() -> None:
+    # GIVEN a document whose stored vector is truncated
+    broken = Document("acme/tool", "acme", "tool", "Send an email.", b"\x00" * 10)
+    # WHEN an index is built from it
+    # THEN the mistake is reported, not silently ranked
+    with pytest.raises(ValueError, match="768 bytes"):
+        SearchIndex.build([broken])
+
+
+def test_glued_name_part_the_description_uses_stays_whole() -> None:
+    # GIVEN a brand name that looks glued, and a glued name of plain words
+    # WHEN their name words are taken
+    brand = search._name_words("agones", "Agones provides soccer results.")
+    glued = search._name_words("auspetrolprices", "Fuel costs in Australia.")
+    # THEN the brand stays whole and the glued words are split
+    assert brand == ["agones"]
+    assert glued == ["aus", "petrol", "prices"]
+
+
+def test_wordllama_is_loaded_once_per_process() -> None:
+    # GIVEN the static vectors were used once
+    first = _wordllama()
+    # WHEN they are asked for again
+    second = _wordllama()
     # THEN the same loaded object is reused
     assert first is second
 
 
 def test_import_does_not_load_model_libraries() -> None:
     # GIVEN a fresh interpreter
-    code = "import sys, chalicelib.search; print('tokenizers' in sys.modules, 'wordllama' in sys.modules)"
+    code = ("import sys, chalicelib.search; "
+            "print(*(m in sys.modules for m in ('tokenizers', 'wordllama', 'all_minilm_l6_v2')))")
     # WHEN the module is imported without building an index
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    # THEN neither the tokenizer nor wordllama is imported yet
-    assert out.stdout.split() == ["False", "False"]
+    # THEN neither a tokenizer nor a model package is imported yet
+    assert out.stdout.split() == ["False", "False", "False"]

@@ -54,8 +54,8 @@ def test_the_sweep_never_demotes_a_tool_in_use(admin: Admin, vendor: Vendor, cap
     """Every schedule starts with all four tools promoted (above any cap), then anything goes."""
     account_id = accounts.authenticate_admin(admin.token)
     _publish_once(admin, vendor)
-    agent, _ = accounts.create_agent(account_id, {"name": "prop", "cap": cap, "idle_window_days": window},
-                                     Clock.now)
+    agent = accounts.create_agent(account_id, {"name": "prop", "cap": cap, "idle_window_days": window},
+                                  Clock.now).agent
     model = Model()
     Clock.now += timedelta(days=30)
     for action, argument in [("promote", name) for name in first] + schedule:

@@ -14,8 +14,8 @@ from chalicelib.workingset import Cause, PromotedBy
 
 @admin_route("/v1/agents", "POST", status=201)
 def create_agent(account_id: str) -> dict[str, Any]:
-    agent, key = accounts.create_agent(account_id, body(), utcnow())
-    return {**shapes.agent(agent), "api_key": key}
+    created = accounts.create_agent(account_id, body(), utcnow())
+    return shapes.created_agent(created)
 
 
 @admin_route("/v1/agents", "GET")
@@ -31,7 +31,7 @@ def get_agent(account_id: str, agent_id: str) -> dict[str, Any]:
 
 @admin_route("/v1/agents/{agent_id}", "PATCH")
 def update_agent(account_id: str, agent_id: str) -> dict[str, Any]:
-    return shapes.agent(accounts.update_agent(account_id, agent_id, body()))
+    return shapes.created_agent(accounts.update_agent(account_id, agent_id, body()))
 
 
 @admin_route("/v1/agents/{agent_id}/working-set", "GET")

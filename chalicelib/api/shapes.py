@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from chalicelib.accounts import Created
 from chalicelib.clock import iso
 from chalicelib.store.records import Agent, Connection, HistoryEvent, Page, Promotion, Run, ToolVersion
 
@@ -17,8 +18,19 @@ def agent(record: Agent) -> dict[str, Any]:
         "cap": record.cap,
         "idle_window_days": record.idle_window_days,
         "size": record.size,
+        "webhook_url": record.webhook_url,
         "created_at": iso(record.created_at),
     }
+
+
+def created_agent(created: Created) -> dict[str, Any]:
+    """An agent as created or edited, with the secrets shown only this once."""
+    shaped = agent(created.agent)
+    if created.api_key:
+        shaped["api_key"] = created.api_key
+    if created.webhook_secret:
+        shaped["webhook_secret"] = created.webhook_secret
+    return shaped
 
 
 def promotion(record: Promotion) -> dict[str, Any]:

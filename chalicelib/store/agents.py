@@ -28,7 +28,7 @@ from chalicelib.store.models import (
 from chalicelib.store.records import Agent, AgentState, Approval, HistoryEvent, Page, Promotion
 
 
-def create_agent(agent: Agent, key_hash: str) -> None:
+def create_agent(agent: Agent, key_hash: str, *, webhook_secret: bytes | None = None) -> None:
     """Write a new agent's settings item with its first key hash."""
     item = AgentSettingsItem(
         agent_id=agent.agent_id,
@@ -40,6 +40,8 @@ def create_agent(agent: Agent, key_hash: str) -> None:
         idle_window_days=agent.idle_window_days,
         key_hashes=[key_hash],
         size=0,
+        webhook_url=agent.webhook_url,
+        webhook_secret=webhook_secret,
     )
     item.save(condition=AgentPartitionItem.agent_id.does_not_exist())
 
@@ -69,6 +71,10 @@ def load_state(agent_id: str) -> AgentState | None:
         leases={run_id: float(expiry) for run_id, expiry in settings_item.leases.as_dict().items()},
         lease_rev=int(settings_item.lease_rev or 0),
         review_token=settings_item.review_token,
+        change_seq=int(settings_item.change_seq or 0),
+        mcp_seen_seq=int(settings_item.mcp_seen_seq or 0),
+        webhook_url=settings_item.webhook_url,
+        webhook_secret=bytes(settings_item.webhook_secret) if settings_item.webhook_secret else None,
     )
 
 
@@ -84,7 +90,8 @@ def update_settings(agent_id: str, changes: dict[str, Any]) -> Agent:
     """Set some of name, cap and idle_window_days; answer the agent as saved. A new cap or window
     flags the agent for the next sweep, which applies it (and only the sweep does)."""
     item = AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK)
-    actions = [getattr(AgentSettingsItem, name).set(value) for name, value in changes.items()]
+    actions = [getattr(AgentSettingsItem, name).set(value) if value is not None
+               else getattr(AgentSettingsItem, name).remove() for name, value in changes.items()]
     if {"cap", "idle_window_days"} & changes.keys():
         actions += review_actions(agent_id)
     try:
@@ -97,7 +104,7 @@ def update_settings(agent_id: str, changes: dict[str, Any]) -> Agent:
 
 
 def add_promotion(agent_id: str, account_id: str, promotion: Promotion, event: HistoryEvent, *,
-                  due_at: datetime, over_cap: bool) -> bool:
+                  due_at: datetime, over_cap: bool, news: News) -> bool:
     """Put the tool in the set with its idle deadline, count it and record the event, atomically;
     a set that goes over its cap flags the agent for the sweep.
 
@@ -115,11 +122,11 @@ def add_promotion(agent_id: str, account_id: str, promotion: Promotion, event: H
     )
     return _change_set(
         agent_id, event, +1, lambda write: write.save(item, condition=PromotionItem.sk.does_not_exist()),
-        flag=over_cap,
+        flag=over_cap, news=news,
     )
 
 
-def remove_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent, *,
+def remove_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent, *, news: News,
                      guard: DemotionGuard | None = None) -> bool:
     """Take the tool out of the set, count it and record the event, atomically.
 
@@ -133,8 +140,17 @@ def remove_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent,
     item = PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name))
     return _change_set(
         agent_id, event, -1, lambda write: write.delete(item, condition=condition),
-        lease_rev=guard.lease_rev if guard is not None else None,
+        lease_rev=guard.lease_rev if guard is not None else None, news=news,
     )
+
+
+@dataclass(frozen=True)
+class News:
+    """Who must hear of a change: the webhook (through the outbox), and whether the MCP client
+    making it is told on its own response (`told_seq`: the change counter it will have seen)."""
+
+    webhook: bool = False
+    told_seq: int | None = None
 
 
 def due_fields(agent_id: str, due_at: datetime) -> dict[str, Any]:
@@ -158,12 +174,18 @@ class DemotionGuard:
 
 
 def _change_set(agent_id: str, event: HistoryEvent, delta: int, change: Callable[[TransactWrite], None], *,
-                lease_rev: int | None = None, flag: bool = False) -> bool:
-    """One transaction: the promotion's own write, the set's size, the history event."""
+                news: News, lease_rev: int | None = None, flag: bool = False) -> bool:
+    """One transaction: the promotion's own write, the set's size and change counter (with the
+    outbox flag and what the caller is told), the history event."""
     condition = AgentSettingsItem.agent_id.exists()
     if lease_rev is not None:
         condition &= AgentSettingsItem.lease_rev == lease_rev
-    actions = [AgentSettingsItem.size.add(delta)] + (review_actions(agent_id) if flag else [])
+    actions = [AgentSettingsItem.size.add(delta), AgentSettingsItem.change_seq.add(1)]
+    if news.webhook:
+        actions.append(AgentSettingsItem.outbox_shard.set(shard(agent_id, SHARDS)))
+    if news.told_seq is not None:
+        actions.append(AgentSettingsItem.mcp_seen_seq.set(news.told_seq))
+    actions += review_actions(agent_id) if flag else []
     try:
         with transaction() as write:
             change(write)
@@ -195,4 +217,5 @@ def _agent(item: AgentSettingsItem) -> Agent:
         idle_window_days=int(item.idle_window_days),
         created_at=item.created_at,
         size=int(item.size or 0),
+        webhook_url=item.webhook_url,
     )

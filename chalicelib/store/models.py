@@ -106,6 +106,17 @@ class AgentsToReview(GlobalSecondaryIndex["AgentSettingsItem"]):
     review_shard = UnicodeAttribute(hash_key=True)
 
 
+class AgentsToAnnounce(GlobalSecondaryIndex["AgentSettingsItem"]):
+    """Sparse outbox: agents whose working set changed and whose webhook has not been told yet.
+    Written in the change's own transaction, drained right after it and by every sweep."""
+
+    class Meta:
+        index_name = "outbox"
+        projection = AllProjection()
+
+    outbox_shard = UnicodeAttribute(hash_key=True)
+
+
 class AgentSettingsItem(AgentPartitionItem, discriminator="agent"):
     """The agent: name, cap, idle window, key hashes and the working set's size."""
 
@@ -124,8 +135,16 @@ class AgentSettingsItem(AgentPartitionItem, discriminator="agent"):
     # exactly the flag it saw (a newer flag set meanwhile survives).
     review_shard = UnicodeAttribute(null=True)
     review_token = UnicodeAttribute(null=True)
+    # Every working-set change moves `change_seq` on (in its own transaction) and sets the outbox
+    # flag; `mcp_seen_seq` is the last change delivered on an MCP response.
+    change_seq = NumberAttribute(default=0)
+    mcp_seen_seq = NumberAttribute(default=0)
+    outbox_shard = UnicodeAttribute(null=True)
+    webhook_url = UnicodeAttribute(null=True)
+    webhook_secret = BinaryAttribute(null=True, legacy_encoding=False)
     by_account = AgentsByAccount()
     to_review = AgentsToReview()
+    outbox = AgentsToAnnounce()
 
 
 class PromotionsDue(GlobalSecondaryIndex["PromotionItem"]):

@@ -27,6 +27,7 @@ class Agent:
     idle_window_days: int
     created_at: datetime
     size: int = 0
+    webhook_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,10 @@ class AgentState:
     leases: dict[str, float] = field(default_factory=dict)  # run id -> lease expiry, epoch seconds
     lease_rev: int = 0
     review_token: str | None = None  # set while the agent is flagged for the sweep
+    change_seq: int = 0  # moves on with every change of the working set
+    mcp_seen_seq: int = 0  # the last change an MCP response carried
+    webhook_url: str | None = None
+    webhook_secret: bytes | None = field(default=None, repr=False)
 
     def in_flight(self, now: datetime) -> bool:
         """True while any run of the agent holds an unexpired lease."""
