@@ -4,7 +4,7 @@ the scheduled function."""
 from chalice import Chalice, Rate
 from chalice.app import SQSEvent
 
-from chalicelib import sweep
+from chalicelib import notify, sweep
 from chalicelib.api import bp as admin_api
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
@@ -19,6 +19,17 @@ app.register_blueprint(admin_api)
 def scheduled_sweep(event: object) -> None:
     """The rule, every five minutes; a large sweep hands batches of agents to the workers."""
     sweep.run(utcnow(), dispatch=sweep.queue_dispatch)
+
+
+@app.on_sqs_message(queue=settings().webhook_queue, batch_size=10, name="webhook_consumer")
+def webhook_consumer(event: SQSEvent) -> dict[str, list[dict[str, str]]]:
+    """Signed webhook deliveries; failures are reported per message (partial batch response)."""
+    failed = notify.consume([
+        notify.Delivery(record.to_dict()["messageId"], record.body, record.receipt_handle,
+                        int(record.to_dict().get("attributes", {}).get("ApproximateReceiveCount", "1")))
+        for record in event
+    ])
+    return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed]}
 
 
 @app.on_sqs_message(queue=settings().sweep_queue, batch_size=1, name="sweep_worker")

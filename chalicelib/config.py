@@ -26,6 +26,7 @@ class Settings:
     approval_ttl_seconds: int
     lease_margin_seconds: int
     webhook_timeout_seconds: float
+    webhook_retry_base_seconds: float
     listen_hold_seconds: float
 
     @property
@@ -71,5 +72,6 @@ def settings() -> Settings:
         approval_ttl_seconds=int(os.environ.get("WORKSET_APPROVAL_TTL_SECONDS", str(24 * 3600))),
         lease_margin_seconds=int(os.environ.get("WORKSET_LEASE_MARGIN_SECONDS", "30")),
         webhook_timeout_seconds=float(os.environ.get("WORKSET_WEBHOOK_TIMEOUT_SECONDS", "5")),
+        webhook_retry_base_seconds=float(os.environ.get("WORKSET_WEBHOOK_RETRY_BASE_SECONDS", "10")),
         listen_hold_seconds=float(os.environ.get("WORKSET_LISTEN_HOLD_SECONDS", "25")),
     )

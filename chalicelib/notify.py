@@ -28,6 +28,7 @@ import hmac
 import json
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from chalicelib import outbound
@@ -120,6 +121,35 @@ def deliver(body: str) -> None:
         raise WebhookFailed(f"webhook for {state.agent.agent_id} failed: {error.message}") from error
     if not 200 <= response.status < 300:
         raise WebhookFailed(f"webhook for {state.agent.agent_id} answered HTTP {response.status}")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One queued message as an event source hands it over."""
+
+    message_id: str
+    body: str
+    receipt_handle: str
+    receive_count: int
+
+
+def consume(deliveries: list[Delivery]) -> list[str]:
+    """Deliver a batch; answer the ids of the messages that failed. Each failure is put back with
+    an exponential backoff (SQS retries it then, and parks it in the dead-letter queue after the
+    last try); the others are done."""
+    failed = []
+    for delivery in deliveries:
+        try:
+            deliver(delivery.body)
+        except WebhookFailed:
+            failed.append(delivery.message_id)
+            queues.retry_later(settings().webhook_queue, delivery.receipt_handle, backoff(delivery.receive_count))
+    return failed
+
+
+def backoff(receive_count: int) -> int:
+    """Seconds before the next try: base x 2^(tries so far), at most 15 minutes."""
+    return int(min(settings().webhook_retry_base_seconds * 2 ** max(receive_count - 1, 0), 900))
 
 
 def sign(secret: str, message_id: str, timestamp: str, payload: bytes) -> str:

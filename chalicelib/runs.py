@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import secrets
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from chalicelib import connections, toolbox, vendor
+from chalicelib import connections, notify, toolbox, vendor
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import Conflict, InvalidInput, NotFound, WorksetError
@@ -72,7 +73,9 @@ def approve(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
         raise Conflict(f"run {run_id} was decided already")
     tool = toolbox.resolve_version(account_id, run.vendor, run.name, run.version)
     _execute(run, tool)
-    return _account_run(account_id, run_id, utcnow())
+    finished = _account_run(account_id, run_id, utcnow())
+    notify.run_finished(finished)
+    return finished
 
 
 def deny(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
@@ -81,7 +84,9 @@ def deny(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
     _must_wait(run)
     if not run_store.deny(run, approver, now):
         raise Conflict(f"run {run_id} was decided already")
-    return _account_run(account_id, run_id, now)
+    denied = _account_run(account_id, run_id, now)
+    notify.run_finished(denied)
+    return denied
 
 
 def get_for_agent(state: AgentState, run_id: str, now: datetime) -> Run:
@@ -180,7 +185,8 @@ def expire_if_due(run: Run, now: datetime) -> Run:
     """A run whose lease ran out (nobody decided, or its Lambda died) is recorded as expired the
     first time anyone looks; the sweep does the same for runs nobody looks at."""
     if run.status in (AWAITING, RUNNING) and run.lease_expires_at <= now:
-        run_store.expire(run, now)
+        if run_store.expire(run, now) and run.status == AWAITING:
+            notify.run_finished(replace(run, status="expired"))
         return run_store.get(run.run_id) or run
     return run
 

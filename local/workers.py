@@ -8,21 +8,52 @@ import sys
 import threading
 from collections.abc import Callable
 
-from chalicelib import sweep
+from chalicelib import notify, sweep
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.store import queues
 
-Handler = Callable[[str], object]
+Batch = Callable[[list[notify.Delivery]], list[str]]
 
 
 def start(stop: threading.Event, *, sweep_interval: float) -> None:
     """Start the sweep schedule and the queue consumers as daemon threads."""
     threading.Thread(target=_every, args=(stop, sweep_interval, _sweep), daemon=True, name="sweep").start()
-    consumers: dict[str, Handler] = {settings().sweep_queue: lambda body: sweep.handle_batch(body, utcnow())}
-    for queue, handler in consumers.items():
+    for queue, handler in consumers().items():
         queues.ensure(queue)
         threading.Thread(target=_consume, args=(stop, queue, handler), daemon=True, name=f"consume {queue}").start()
+
+
+def consumers() -> dict[str, Batch]:
+    """Each queue and what Lambda would run for a batch of it (answering the failed message ids)."""
+    return {
+        settings().sweep_queue: lambda deliveries: [
+            d.message_id for d in deliveries if not _ok(lambda: sweep.handle_batch(d.body, utcnow()))],
+        settings().webhook_queue: notify.consume,
+    }
+
+
+def consume_once(queue: str, handler: Batch, *, wait_seconds: int = 1) -> int:
+    """One receive of up to ten messages, handled as Lambda's event source would: the ones the
+    handler reports failed stay (SQS delivers them again, then parks them in the dead-letter
+    queue); the others are deleted. Answers how many were received."""
+    messages = queues.receive(queue, wait_seconds=wait_seconds)
+    deliveries = [notify.Delivery(m["MessageId"], m["Body"], m["ReceiptHandle"],
+                                  int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1"))) for m in messages]
+    failed = set(handler(deliveries)) if deliveries else set()
+    for delivery in deliveries:
+        if delivery.message_id not in failed:
+            queues.delete(queue, delivery.receipt_handle)
+    return len(deliveries)
+
+
+def _ok(job: Callable[[], object]) -> bool:
+    try:
+        job()
+    except Exception as error:  # like Lambda: the message is retried
+        print(f"handler failed ({error.__class__.__name__}: {error}); SQS will retry", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def _sweep() -> None:
@@ -39,19 +70,10 @@ def _every(stop: threading.Event, seconds: float, job: Callable[[], None]) -> No
             print(f"{job.__name__} failed: {error.__class__.__name__}: {error}", file=sys.stderr, flush=True)
 
 
-def _consume(stop: threading.Event, queue: str, handler: Handler) -> None:
+def _consume(stop: threading.Event, queue: str, handler: Batch) -> None:
     while not stop.is_set():
         try:
-            messages = queues.receive(queue, wait_seconds=1)
-        except Exception as error:
-            print(f"receive from {queue} failed: {error}", file=sys.stderr, flush=True)
+            consume_once(queue, handler)
+        except Exception as error:  # the queue itself failed: wait and poll again
+            print(f"consuming {queue} failed: {error}", file=sys.stderr, flush=True)
             stop.wait(1)
-            continue
-        for message in messages:
-            try:
-                handler(message["Body"])
-            except Exception as error:  # like Lambda: leave it for SQS to deliver again
-                print(f"{queue}: handler failed ({error.__class__.__name__}); SQS will retry", file=sys.stderr,
-                      flush=True)
-                continue
-            queues.delete(queue, message["ReceiptHandle"])

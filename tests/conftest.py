@@ -67,6 +67,7 @@ def aws() -> Iterator[None]:
         queues._sqs.cache_clear()
         queues._url.cache_clear()
         queues.ensure(config.settings().sweep_queue)
+        queues.ensure(config.settings().webhook_queue)
         toolbox._indexes.clear()
         yield
 

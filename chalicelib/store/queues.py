@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 import boto3
+from botocore.exceptions import ClientError
 
 from chalicelib.config import settings
 
@@ -50,6 +51,16 @@ def receive(name: str, *, wait_seconds: int = 1, max_messages: int = 10) -> list
     answer = _sqs().receive_message(QueueUrl=_url(name), WaitTimeSeconds=wait_seconds,
                                     MaxNumberOfMessages=max_messages, AttributeNames=["ApproximateReceiveCount"])
     return answer.get("Messages", [])
+
+
+def retry_later(name: str, receipt_handle: str, seconds: int) -> None:
+    """Make a message that failed visible again after `seconds` (the retry's backoff). Best
+    effort: if SQS refuses (a stale receipt), the queue's own visibility timeout applies."""
+    try:
+        _sqs().change_message_visibility(QueueUrl=_url(name), ReceiptHandle=receipt_handle,
+                                         VisibilityTimeout=seconds)
+    except ClientError:
+        pass
 
 
 def delete(name: str, receipt_handle: str) -> None:
