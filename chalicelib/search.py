@@ -15,9 +15,9 @@ Four per-doc signals, summed with fixed weights (W_* below):
 * name -- idf-weighted share of the query's words found in a tool's vendor or name.
 
 "No hit" uses absolute evidence: a query needs a content word (not a stop word), and then
-either a doc sharing a content word with it or a MiniLM cosine of GATE_COSINE or more with
-some doc (unrelated text and gibberish stay well below); the docs listed are then those
-sharing a word or reaching HIT_COSINE. Parameters were picked on every 10th MetaTool query
+either a doc sharing a content word with it, or a content word that is a real word (in the
+MiniLM vocabulary, so not gibberish) and a MiniLM cosine of GATE_COSINE or more with some
+doc; the docs listed are then those sharing a word or reaching HIT_COSINE. Parameters were picked on every 10th MetaTool query
 only (bench/find_tool_quality.py).
 
 Tool vectors cost a forward pass each, so the app computes them once per tool version with
@@ -53,7 +53,7 @@ W_STATIC = 1.0
 W_KEYWORD = 1.0
 W_NAME = 2.0  # share of the query's words found in a tool's vendor or name
 RANGE_POWER = 0.5  # static token weight = (max - mean cosine over docs) ** RANGE_POWER
-GATE_COSINE = 0.2  # best MiniLM cosine that makes a query without shared words answerable
+GATE_COSINE = 0.25  # best MiniLM cosine that makes a query without shared words answerable
 HIT_COSINE = 0.1  # MiniLM cosine that lists a doc without a shared word, once answerable
 BM25_K1 = 1.2
 BM25_B = 0.3
@@ -123,6 +123,15 @@ def _stem(word: str) -> str:
     if len(word) >= 4 and word[-1] == word[-2] and word[-1] not in "lsz":
         word = word[:-1]  # "shipping" -> "shipp" -> "ship"
     return word[:-1] if len(word) > 4 and word.endswith("e") else word
+
+
+def _is_known_word(word: str) -> bool:
+    """Whether a word, or its stem, is a whole word of the MiniLM vocabulary.
+
+    On a diverse toolbox made-up words ("zzqx frobnicate") reach MiniLM cosines of 0.2-0.3
+    with some tool, as high as weak real queries do; they are not words, though.
+    """
+    return word in embedder.vocabulary() or _stem(word) in embedder.vocabulary()
 
 
 def _segment(part: str, dictionary: frozenset[str]) -> list[str]:
@@ -339,9 +348,12 @@ class SearchIndex:
             return []
         signals = self._signals
         keyword, named = signals.lexicon.scores(content)
+        shares_word = bool((keyword > 0).any())
+        if not shares_word and not any(map(_is_known_word, content)):
+            return []  # gibberish: skip the forward pass
         query_vector = embedder.embed([query])[0]
         cosine = signals.vectors @ query_vector
-        if not (keyword > 0).any() and cosine.max() < GATE_COSINE:
+        if not shares_word and cosine.max() < GATE_COSINE:
             return []
         top = keyword.max()
         fused = (W_SENTENCE * _zscore(signals.centred @ query_vector)

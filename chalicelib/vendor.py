@@ -28,6 +28,7 @@ class Outcome:
     is_error: bool = False
     status: str = "succeeded"
     run_id: str | None = None
+    list_changed: bool = False  # the call changed the caller's working set
 
 
 @dataclass(frozen=True)

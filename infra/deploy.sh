@@ -6,14 +6,20 @@
 #
 # This is the route that creates the DynamoDB tables (`chalice deploy` does not). It keeps the
 # three names of a stage in step: `chalice package --stage S`, the template parameter Stage=S
-# (table names workset-S-*), and the stack name workset-S (the function's log group,
-# /aws/lambda/workset-S-APIHandler-... and workset-S-Sweep-..., must start with workset-S for the
-# role to write to it).
+# (table and queue names workset-S-*), and the stack name workset-S (the function's log group,
+# /aws/lambda/workset-S-APIHandler-..., workset-S-Sweep-... and workset-S-SweepWorker-..., must
+# start with workset-S for the role to write to it).
 #
 # The stack also makes the KMS key of connection secrets and its alias alias/workset-S, which is
 # the function's default WORKSET_KMS_KEY_ID; the role may Encrypt/Decrypt only with the key that
 # alias names. Tables, key and alias are retained when the stack goes: a new stack of the same
 # stage must import them (or they must be removed by hand) before it can be created.
+# The sweep's queue workset-S-sweep and its dead-letter queue workset-S-sweep-dlq hold only work
+# that the next sweep finds again: they go with the stack. Lambda's event source feeds the queue to
+# SweepWorker; Chalice points it at the queue by name, so the template must name the queue so
+# (tests/test_infra.py checks it). A queue of that name made outside the stack (by hand, or by the
+# local stack pointed at AWS) must be deleted first, and SQS refuses a name for 60 s after a
+# delete: wait that long before making a deleted stage's stack again.
 # DynamoDB adds at most one global secondary index per table per update: a stack made before a
 # table gained several indexes (agents: to_review, by_tool, due) must be brought there one index
 # per deploy (edit a copy of the template), or CloudFormation rolls the update back.

@@ -157,6 +157,25 @@ def other_admin(client: Client) -> Admin:
 
 
 @dataclass
+class McpAnswer:
+    """An HTTP answer from /mcp: JSON, or a text/event-stream whose last message is the response."""
+
+    status_code: int
+    headers: dict[str, str]
+    body: bytes
+    json_body: Any
+    notifications: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, response: Any) -> McpAnswer:
+        if response.headers.get("Content-Type", "").startswith("text/event-stream"):
+            messages = [json.loads(line[len("data: "):]) for line in response.body.decode().splitlines()
+                        if line.startswith("data: ")]
+            return cls(response.status_code, response.headers, response.body, messages[-1], messages[:-1])
+        return cls(response.status_code, response.headers, response.body, response.json_body, [])
+
+
+@dataclass
 class Mcp:
     """JSON-RPC over POST /mcp with an agent key, in either protocol revision."""
 
@@ -185,7 +204,7 @@ class Mcp:
         body = raw if raw is not None else json.dumps(
             {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
         )
-        return self.client.http.post("/mcp", headers=sent, body=body)
+        return McpAnswer.of(self.client.http.post("/mcp", headers=sent, body=body))
 
     def call(self, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         """tools/call; answers the result (asserting it is not a JSON-RPC error)."""

@@ -1461,7 +1461,8 @@ def event_source_problems(doc: dict[str, Any], stage: str) -> list[str]:
             # mapping refers to the function, so it waits for both)
             if queue.logical_id not in _as_list(resources[function_id].get("DependsOn", [])):
                 problems.append(f"{function_id} (and so {event_id}) does not wait for {queue.logical_id}")
-            problems += queue_problems(doc, stage, queue, worker_timeout=resources[function_id]["Properties"]["Timeout"],
+            timeout = resources[function_id]["Properties"]["Timeout"]
+            problems += queue_problems(doc, stage, queue, worker_timeout=timeout,
                                        batching_window=properties.get("MaximumBatchingWindowInSeconds", 0))
     return problems
 

@@ -57,10 +57,12 @@ class GetRunArgs(BaseModel):
 
 @dataclass(frozen=True)
 class Call:
-    """What a meta-tool handler gets."""
+    """What a meta-tool handler gets; `told` when the caller's response carries the news of a
+    change it makes (2025-11-25 clients)."""
 
     state: AgentState
     now: datetime
+    told: bool = False
 
 
 @dataclass
@@ -132,16 +134,17 @@ def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
 def _promote(call: Call, raw: Any) -> Outcome:
     ref = parse(ToolRef, raw)
     change = workingset.promote(call.state, ref.vendor, ref.name, by=PromotedBy.AGENT,
-                                actor=call.state.agent.agent_id, now=call.now)
+                                actor=call.state.agent.agent_id, now=call.now, caller_told=call.told)
     assert change.tool is not None
-    return Outcome(structured={"size": change.size, "tool": tool_definition(change.tool)})
+    return Outcome(structured={"size": change.size, "tool": tool_definition(change.tool)},
+                   list_changed=change.changed)
 
 
 def _demote(call: Call, raw: Any) -> Outcome:
     ref = parse(ToolRef, raw)
     change = workingset.demote(call.state, ref.vendor, ref.name, cause=Cause.AGENT_ASKED,
-                               actor=call.state.agent.agent_id, now=call.now)
-    return Outcome(structured={"size": change.size})
+                               actor=call.state.agent.agent_id, now=call.now, caller_told=call.told)
+    return Outcome(structured={"size": change.size}, list_changed=change.changed)
 
 
 def _run_tool(call: Call, raw: Any) -> Outcome:
@@ -155,9 +158,9 @@ def _acquire(call: Call, raw: Any) -> Outcome:
     tool = toolbox.publish(call.state.agent.account_id, spec, published_by=agent_id, now=call.now,
                            agent_authored=True)
     change = workingset.promote(call.state, spec.vendor, spec.name, by=PromotedBy.PUBLISH, actor=agent_id,
-                                now=call.now, tool=tool)
+                                now=call.now, tool=tool, caller_told=call.told)
     return Outcome(structured={"vendor": spec.vendor, "name": spec.name, "version": tool.version.version,
-                               "size": change.size})
+                               "size": change.size}, list_changed=change.changed)
 
 
 def _get_run(call: Call, raw: Any) -> Outcome:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from urllib.parse import urlsplit
 
 from chalice import Blueprint, Response
@@ -30,7 +31,17 @@ def mcp_post() -> Response:
     answer = server.handle(raw, headers)
     if answer.body is None:
         return Response(body="", status_code=answer.status, headers=answer.headers)
+    if answer.events:
+        return _event_stream(answer)
     return json_response(answer.status, answer.body, answer.headers)
+
+
+def _event_stream(answer: server.HttpAnswer) -> Response:
+    """Notifications first, then the response, as one buffered text/event-stream body."""
+    frames = "".join(f"event: message\ndata: {json.dumps(message, ensure_ascii=False)}\n\n"
+                     for message in [*answer.events, answer.body])
+    return Response(body=frames, status_code=answer.status,
+                    headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **answer.headers})
 
 
 @bp.route("/mcp", methods=["GET", "DELETE"])

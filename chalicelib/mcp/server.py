@@ -3,6 +3,7 @@ failure (JSON-RPC errors for bad requests, `isError` results for failed tool cal
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -13,28 +14,44 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from chalicelib import accounts, runs, vendor, workingset
 from chalicelib.clock import utcnow
+from chalicelib.config import settings
 from chalicelib.errors import WorksetError
 from chalicelib.mcp import protocol, tasks
 from chalicelib.mcp.metatools import INSTRUCTIONS, META_TOOLS, Call, split_name, tool_definition
 from chalicelib.mcp.protocol import ProtocolError, Request
+from chalicelib.store import outbox
 from chalicelib.vendor import Outcome
 from chalicelib.store.records import AgentState
 
 SERVER_INFO = {"name": "workset", "version": "0.1.0"}
 RUN_ID_META = "io.workset/runId"  # every tool call is a run; get_run and the console know it by this id
+SUBSCRIPTION_META = "io.modelcontextprotocol/subscriptionId"
+LISTEN_POLL_SECONDS = 1.0
 LIST_TTL_MS = 0  # the list changes whenever the agent promotes or demotes: never serve it stale
 
 
 @dataclass(frozen=True)
 class HttpAnswer:
-    """What the route sends back."""
+    """What the route sends back; `events` go first, in one buffered text/event-stream body."""
 
     status: int
     body: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
-Handler = Callable[[AgentState, Request, datetime], dict[str, Any]]
+@dataclass
+class Reply:
+    """A handler's result, the messages that must precede it, and whether the call changed the
+    caller's working set."""
+
+    result: dict[str, Any]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    changed: bool = False
+
+
+Handler = Callable[[AgentState, Request, datetime], "dict[str, Any] | Reply"]
+LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 
 
 def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = None) -> HttpAnswer:
@@ -59,13 +76,26 @@ def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = Non
         handler = table.get(request.method)
         if handler is None:
             raise ProtocolError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
-        result = handler(state, request, now or utcnow())
+        answered = handler(state, request, now or utcnow())
     except ProtocolError as error:
         return HttpAnswer(protocol.error_status(error, modern=modern), protocol.error_body(request_id, error))
+    reply = answered if isinstance(answered, Reply) else Reply(answered)
     if request.modern:
-        result.setdefault("resultType", "complete")
-        result.setdefault("_meta", {protocol.SERVER_INFO_META: SERVER_INFO})
-    return HttpAnswer(200, protocol.success(request.id, result))
+        reply.result.setdefault("resultType", "complete")
+        reply.result.setdefault("_meta", {protocol.SERVER_INFO_META: SERVER_INFO})
+    elif request.method != "initialize":
+        _carry_news(state, reply)
+    return HttpAnswer(200, protocol.success(request.id, reply.result), events=reply.events)
+
+
+def _carry_news(state: AgentState, reply: Reply) -> None:
+    """2025-11-25 clients hear of a change on the HTTP response: their own change, or one made
+    elsewhere (sweep, console, another client) since their agent's last response, once."""
+    elsewhere = state.change_seq > state.mcp_seen_seq
+    if reply.changed or elsewhere:
+        reply.events.insert(0, LIST_CHANGED)
+    if elsewhere and not reply.changed:  # an own change recorded what the caller saw already
+        outbox.mark_seen(state.agent.agent_id, state.change_seq)
 
 
 def _initialize(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
@@ -102,22 +132,47 @@ def _list_tools(state: AgentState, request: Request, now: datetime) -> dict[str,
     return result
 
 
-def _call_tool(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
+def _call_tool(state: AgentState, request: Request, now: datetime) -> Reply:
     name = request.params.get("name")
     arguments = request.params.get("arguments") or {}
     if not isinstance(name, str) or not isinstance(arguments, dict):
         raise ProtocolError(INVALID_PARAMS, "Invalid params: tools/call needs a name and an arguments object")
-    outcome = _call(state, name, arguments, now)
+    outcome = _call(state, name, arguments, now, told=not request.modern)
     if outcome.status == runs.AWAITING and outcome.run_id and tasks.declared(request):
-        return tasks.created(outcome.run_id, state, now)
-    return _tool_result(outcome)
+        return Reply(tasks.created(outcome.run_id, state, now))
+    return Reply(_tool_result(outcome), changed=outcome.list_changed)
 
 
-def _call(state: AgentState, name: str, arguments: dict[str, Any], now: datetime) -> Outcome:
+def _listen(state: AgentState, request: Request, now: datetime) -> Reply:
+    """`subscriptions/listen`: the acknowledgement, then (if asked for and it happens while the
+    request is held) the agent's next working-set change, then a clean close."""
+    asked = request.params.get("notifications")
+    wants_tools = isinstance(asked, dict) and asked.get("toolsListChanged") is True
+    meta = {SUBSCRIPTION_META: request.id}
+    honored = {"toolsListChanged": True} if wants_tools else {}
+    events: list[dict[str, Any]] = [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                                     "params": {"notifications": honored, "_meta": meta}}]
+    if wants_tools and _wait_for_change(state):
+        events.append({**LIST_CHANGED, "params": {"_meta": meta}})
+    return Reply({"resultType": "complete", "_meta": meta}, events=events)
+
+
+def _wait_for_change(state: AgentState) -> bool:
+    """Hold the request (a buffered gateway cannot stream) until the agent's set changes or the
+    hold ends; the client listens again after the close."""
+    deadline = time.monotonic() + settings().listen_hold_seconds
+    while time.monotonic() < deadline:
+        time.sleep(min(LISTEN_POLL_SECONDS, max(deadline - time.monotonic(), 0)))
+        if outbox.change_seq(state.agent.agent_id) > state.change_seq:
+            return True
+    return False
+
+
+def _call(state: AgentState, name: str, arguments: dict[str, Any], now: datetime, *, told: bool) -> Outcome:
     try:
         meta = META_TOOLS.get(name)
         if meta is not None:
-            return meta.handler(Call(state, now), arguments)
+            return meta.handler(Call(state, now, told=told), arguments)
         ref = split_name(name)
         if ref is None:
             raise ProtocolError(INVALID_PARAMS, f"Unknown tool: {name}")
@@ -134,7 +189,7 @@ def _tool_result(outcome: Outcome) -> dict[str, Any]:
 
 
 def _capabilities(*, modern: bool = False) -> dict[str, Any]:
-    capabilities: dict[str, Any] = {"tools": {"listChanged": False}}
+    capabilities: dict[str, Any] = {"tools": {"listChanged": True}}
     if modern:
         capabilities["extensions"] = {tasks.EXTENSION: {}}
     return capabilities
@@ -159,4 +214,5 @@ MODERN_METHODS: dict[str, Handler] = {
     "tools/list": _list_tools,
     "tools/call": _call_tool,
     "tasks/get": tasks.get,
+    "subscriptions/listen": _listen,
 }

@@ -73,6 +73,7 @@ def stop_stack(stack: Stack) -> None:
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    running = start_stack(tmp_path_factory.mktemp("stack"))
+    # a short listen hold, so a subscription that hears nothing closes quickly
+    running = start_stack(tmp_path_factory.mktemp("stack"), {"WORKSET_LISTEN_HOLD_SECONDS": "3"})
     yield running
     stop_stack(running)
