@@ -9,7 +9,7 @@ Four per-doc signals, summed with fixed weights (W_* below):
 * static -- cosine of query and tool text pooled from wordllama's static token vectors
   (read from the installed wheel). Each token is weighted by how peaky its similarity is
   across this index (max minus mean cosine over the docs), so filler fades. z-scored. A
-  second, differently trained view: it still adds ~2.5 points of recall@5 next to MiniLM.
+  second, differently trained view: it still adds 2-3 points of recall@5 next to MiniLM.
 * keyword -- BM25 over name fields (vendor, name split on "-", glued names segmented)
   and description, light stemmer, query-side stop words; divided by its maximum.
 * name -- idf-weighted share of the query's words found in a tool's vendor or name.
@@ -17,8 +17,8 @@ Four per-doc signals, summed with fixed weights (W_* below):
 "No hit" uses absolute evidence: a query needs a content word (not a stop word), and then
 either a doc sharing a content word with it, or a content word that is a real word (in the
 MiniLM vocabulary, so not gibberish) and a MiniLM cosine of GATE_COSINE or more with some
-doc; the docs listed are then those sharing a word or reaching HIT_COSINE. Parameters were picked on every 10th MetaTool query
-only (bench/find_tool_quality.py).
+doc; the docs listed are then those sharing a word or reaching HIT_COSINE.
+Parameters were picked on every 10th MetaTool query only (bench/find_tool_quality.py).
 
 Tool vectors cost a forward pass each, so the app computes them once per tool version with
 document_vector() and passes them back in Document.vector; building an index from stored
@@ -207,6 +207,8 @@ def _document_vectors(docs: list[Document]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Lexicon:
+    """The keyword side of an index: BM25 postings and which docs hold a term in their name."""
+
     postings: dict[str, tuple[np.ndarray, np.ndarray]]  # stemmed term -> (docs, BM25 weights)
     in_names: dict[str, np.ndarray]  # stemmed term -> docs whose vendor or name holds it
     idf: dict[str, float]

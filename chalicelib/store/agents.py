@@ -9,11 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pynamodb.exceptions import UpdateError
 from pynamodb.transactions import TransactWrite
 
 from chalicelib.store import history
-from chalicelib.store.base import ConditionFailed, decode_cursor, encode_cursor, transaction
+from chalicelib.store.base import ConditionFailed, decode_cursor, encode_cursor, transaction, update_if
 from chalicelib.store.models import (
     AGENT_SK,
     AgentPartitionItem,
@@ -94,12 +93,8 @@ def update_settings(agent_id: str, changes: dict[str, Any]) -> Agent:
                else getattr(AgentSettingsItem, name).remove() for name, value in changes.items()]
     if {"cap", "idle_window_days"} & changes.keys():
         actions += review_actions(agent_id)
-    try:
-        item.update(actions=actions, condition=AgentSettingsItem.agent_id.exists())
-    except UpdateError as error:
-        if error.cause_response_code == "ConditionalCheckFailedException":
-            raise ConditionFailed(["ConditionalCheckFailed"]) from error
-        raise
+    if not update_if(item, actions, AgentSettingsItem.agent_id.exists()):
+        raise ConditionFailed(["ConditionalCheckFailed"])
     return _agent(item)
 
 

@@ -10,7 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from pynamodb.connection import Connection
-from pynamodb.exceptions import TransactWriteError
+from pynamodb.exceptions import TransactWriteError, UpdateError
 from pynamodb.transactions import TransactWrite
 
 from chalicelib.config import settings
@@ -44,6 +44,17 @@ def transaction() -> Iterator[TransactWrite]:
         if "ConditionalCheckFailed" in reasons:
             raise ConditionFailed(reasons) from error
         raise
+
+
+def update_if(item: Any, actions: list[Any], condition: Any) -> bool:
+    """One conditional UpdateItem; False (and nothing written) when the condition does not hold."""
+    try:
+        item.update(actions=actions, condition=condition)
+    except UpdateError as error:
+        if error.cause_response_code == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
 
 
 def encode_cursor(last_evaluated_key: dict[str, Any] | None) -> str | None:

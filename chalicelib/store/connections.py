@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pynamodb.exceptions import DoesNotExist, UpdateError
+from pynamodb.exceptions import DoesNotExist
 
-from chalicelib.store.base import decode_cursor, encode_cursor
+from chalicelib.store.base import decode_cursor, encode_cursor, update_if
 from chalicelib.store.models import ConnectionItem
 from chalicelib.store.records import Connection, Page
 
@@ -40,17 +40,11 @@ def list_all(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
 
 def revoke(account_id: str, connection_id: str, now: datetime) -> bool:
     """Mark a connection revoked; False when it was revoked already."""
-    item = ConnectionItem(account_id=account_id, connection_id=connection_id)
-    try:
-        item.update(
-            actions=[ConnectionItem.status.set(REVOKED), ConnectionItem.revoked_at.set(now)],
-            condition=ConnectionItem.status == ACTIVE,
-        )
-    except UpdateError as error:
-        if error.cause_response_code == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
+    return update_if(
+        ConnectionItem(account_id=account_id, connection_id=connection_id),
+        [ConnectionItem.status.set(REVOKED), ConnectionItem.revoked_at.set(now)],
+        ConnectionItem.status == ACTIVE,
+    )
 
 
 def _record(item: ConnectionItem) -> Connection:

@@ -3,8 +3,7 @@ each MCP client of an agent has been told about."""
 
 from __future__ import annotations
 
-from pynamodb.exceptions import UpdateError
-
+from chalicelib.store.base import update_if
 from chalicelib.store.models import AGENT_SK, SHARDS, AgentSettingsItem
 
 
@@ -16,15 +15,8 @@ def pending() -> list[str]:
 def clear(agent_id: str, seq: int) -> bool:
     """Take the agent out of the outbox if no change came after `seq` (else it stays, and the
     next drain announces the newer change too)."""
-    try:
-        AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK).update(
-            actions=[AgentSettingsItem.outbox_shard.remove()], condition=AgentSettingsItem.change_seq == seq
-        )
-    except UpdateError as error:
-        if error.cause_response_code == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
+    return update_if(AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK), [AgentSettingsItem.outbox_shard.remove()],
+                     AgentSettingsItem.change_seq == seq)
 
 
 def change_seq(agent_id: str) -> int:
@@ -35,10 +27,5 @@ def change_seq(agent_id: str) -> int:
 
 def mark_seen(agent_id: str, seq: int) -> None:
     """Record that an MCP response carried the news up to `seq` (never moves backwards)."""
-    try:
-        AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK).update(
-            actions=[AgentSettingsItem.mcp_seen_seq.set(seq)], condition=AgentSettingsItem.mcp_seen_seq < seq
-        )
-    except UpdateError as error:
-        if error.cause_response_code != "ConditionalCheckFailedException":
-            raise
+    update_if(AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK), [AgentSettingsItem.mcp_seen_seq.set(seq)],
+              AgentSettingsItem.mcp_seen_seq < seq)

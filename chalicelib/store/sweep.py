@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pynamodb.exceptions import UpdateError
-
 from chalicelib.store.agents import due_fields, review_actions
+from chalicelib.store.base import update_if
 from chalicelib.store.models import AGENT_SK, SHARDS, AgentSettingsItem, PromotionItem, promotion_sk, tool_key
 
 
@@ -31,7 +30,7 @@ def agents_to_review() -> dict[str, str | None]:
 
 def clear_review(agent_id: str, token: str) -> bool:
     """Drop the flag the sweep acted on; a flag set again meanwhile (another token) stays."""
-    return _update(
+    return update_if(
         AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK),
         [AgentSettingsItem.review_shard.remove(), AgentSettingsItem.review_token.remove()],
         AgentSettingsItem.review_token == token,
@@ -46,7 +45,7 @@ def move_deadline(agent_id: str, vendor: str, name: str, due_at: datetime, *,
         else PromotionItem.last_used_at.does_not_exist()
     )
     actions = [getattr(PromotionItem, key).set(value) for key, value in due_fields(agent_id, due_at).items()]
-    return _update(PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name)), actions, condition)
+    return update_if(PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name)), actions, condition)
 
 
 def agents_with_tool(account_id: str, vendor: str, name: str) -> list[str]:
@@ -58,19 +57,9 @@ def make_due(agent_id: str, vendor: str, name: str, now: datetime, cause: str) -
     """Make a promotion due at once with its own cause, and flag its agent for the sweep."""
     actions = [PromotionItem.due_cause.set(cause),
                *(getattr(PromotionItem, key).set(value) for key, value in due_fields(agent_id, now).items())]
-    marked = _update(PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name)), actions,
+    marked = update_if(PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name)), actions,
                      PromotionItem.sk.exists())
     if marked:
-        _update(AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK), review_actions(agent_id),
+        update_if(AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK), review_actions(agent_id),
                 AgentSettingsItem.agent_id.exists())
     return marked
-
-
-def _update(item: AgentSettingsItem | PromotionItem, actions: list, condition: object) -> bool:
-    try:
-        item.update(actions=actions, condition=condition)
-    except UpdateError as error:
-        if error.cause_response_code == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
