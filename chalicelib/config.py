@@ -28,6 +28,7 @@ class Settings:
     webhook_timeout_seconds: float
     webhook_retry_base_seconds: float
     listen_hold_seconds: float
+    console_secret: str
 
     @property
     def sweep_queue(self) -> str:
@@ -74,4 +75,6 @@ def settings() -> Settings:
         webhook_timeout_seconds=float(os.environ.get("WORKSET_WEBHOOK_TIMEOUT_SECONDS", "5")),
         webhook_retry_base_seconds=float(os.environ.get("WORKSET_WEBHOOK_RETRY_BASE_SECONDS", "10")),
         listen_hold_seconds=float(os.environ.get("WORKSET_LISTEN_HOLD_SECONDS", "25")),
+        # signs console sessions; local stages have a fixed one, deployed stages must set it
+        console_secret=os.environ.get("WORKSET_CONSOLE_SECRET", "local-console-secret" if stage in LOCAL_STAGES else ""),
     )
