@@ -2,10 +2,12 @@
 then what exceeds its cap; never while it has a run in flight.
 
 Finding the work costs the same for 10 agents or 100,000: only promotions whose idle deadline
-has passed (the sparse `due` index) and agents flagged for a whole review (the sparse
-`to_review` index: over the cap, settings changed, a connection revoked) are read. Each agent
-found costs one Query plus one transaction per demotion, so a sweep with D due demotions is
-O(D). More agents than one Lambda should handle go out in batches to workers (`dispatch`).
+has passed (the sharded `due` index), agents flagged for a whole review (the sparse
+`to_review` index: over the cap, settings changed, a connection revoked) and agents with an
+unannounced change (the sparse `outbox` index) are read: 3 x SHARDS = 12 queries when nothing
+is due. Each agent found costs one Query plus one transaction per demotion, so a sweep with D
+due demotions is O(D) (measured: 12 + 2 x D calls; bench/sweep_scale.py). More agents than
+one Lambda should handle go out in batches to workers (`dispatch`).
 
 The guard, as a timeline of one demotion (the condition is evaluated by DynamoDB in the same
 transaction that removes the promotion, counts the set and appends the history event):
@@ -41,7 +43,7 @@ RULE = "rule"  # the actor of the rule's demotions in history
 INLINE_AGENTS = 200  # more agents than this are handed to workers in batches
 BATCH = 25
 
-Dispatch = Callable[[list[str]], None]
+Dispatch = Callable[[list[list[str]]], None]
 
 
 @dataclass
@@ -64,17 +66,17 @@ def run(now: datetime, *, account_id: str | None = None, dispatch: Dispatch | No
     agent_ids = sorted(agent for agent, account in found.items() if account_id in (None, account))
     report = Report()
     if dispatch is not None and len(agent_ids) > INLINE_AGENTS:
-        for start in range(0, len(agent_ids), BATCH):
-            dispatch(agent_ids[start:start + BATCH])
+        dispatch([agent_ids[start:start + BATCH] for start in range(0, len(agent_ids), BATCH)])
         report.dispatched = len(agent_ids)
         return report
     review_all(agent_ids, now, report)
     return report
 
 
-def queue_dispatch(agent_ids: list[str]) -> None:
-    """Hand a batch of agents to the sweep workers (one SQS message, one worker invocation)."""
-    queues.send(settings().sweep_queue, [{"agent_ids": agent_ids}])
+def queue_dispatch(batches: list[list[str]]) -> None:
+    """Hand batches of agents to the sweep workers (a message and a worker invocation per batch,
+    ten messages per SQS call)."""
+    queues.send(settings().sweep_queue, [{"agent_ids": batch} for batch in batches])
 
 
 def handle_batch(body: str, now: datetime) -> Report:

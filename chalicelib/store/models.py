@@ -41,7 +41,7 @@ AGENT_SK = "AGENT"
 PROMOTION_PREFIX = "P#"
 APPROVAL_PREFIX = "A#"
 HEAD_PREFIX = "T#"
-SHARDS = 4  # partitions of each sparse sweep index: a sweep with nothing due makes 2 x SHARDS queries
+SHARDS = 4  # partitions of each index the sweep reads: a sweep with nothing due makes 3 x SHARDS queries
 VERSION_PREFIX = "V#"
 
 

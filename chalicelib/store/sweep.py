@@ -1,5 +1,6 @@
 """What the sweep reads and the bookkeeping it writes. Everything here is a query of a sparse
-index or a write to one item: a sweep over a fleet with nothing due costs 2 x SHARDS queries."""
+index or a write to one item: the due and review indexes cost 2 x SHARDS queries per sweep
+(the outbox drain another SHARDS), whatever the size of the fleet."""
 
 from __future__ import annotations
 
