@@ -15,14 +15,19 @@
 # alias names. Tables, key and alias are retained when the stack goes: a new stack of the same
 # stage must import them (or they must be removed by hand) before it can be created.
 # The sweep's queue workset-S-sweep and its dead-letter queue workset-S-sweep-dlq hold only work
-# that the next sweep finds again: they go with the stack. Lambda's event source feeds the queue to
-# SweepWorker; Chalice points it at the queue by name, so the template must name the queue so
-# (tests/test_infra.py checks it). A queue of that name made outside the stack (by hand, or by the
-# local stack pointed at AWS) must be deleted first, and SQS refuses a name for 60 s after a
-# delete: wait that long before making a deleted stage's stack again.
+# that the next sweep finds again: they go with the stack. So do the webhook deliveries' queue
+# workset-S-webhooks and workset-S-webhooks-dlq: a delivery lost with them is announced again only
+# by the agent's next change (the outbox flag is cleared once a delivery is queued). Lambda's event
+# sources feed the queues to SweepWorker and WebhookConsumer; Chalice points them at the queues by
+# name, so the template must name the queues so (tests/test_infra.py checks it). A queue of such a
+# name made outside the stack (by hand, or by the local stack pointed at AWS) must be deleted
+# first, and SQS refuses a name for 60 s after a delete: wait that long before making a deleted
+# stage's stack again. WebhookConsumer's event source reports partial batch failures
+# (FunctionResponseTypes, merged from the template onto Chalice's event source): without it Lambda
+# would delete a batch's failed deliveries with the rest.
 # DynamoDB adds at most one global secondary index per table per update: a stack made before a
-# table gained several indexes (agents: to_review, by_tool, due) must be brought there one index
-# per deploy (edit a copy of the template), or CloudFormation rolls the update back.
+# table gained several indexes (agents: to_review, by_tool, due, outbox) must be brought there one
+# index per deploy (edit a copy of the template), or CloudFormation rolls the update back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

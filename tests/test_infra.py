@@ -9,11 +9,14 @@
 - The template's SQS queues (`QUEUES`): named as the settings name them, each with its dead-letter
   queue after `queues.MAX_RECEIVES` deliveries, a visibility timeout for its Lambda consumer,
   SSE with SQS-managed keys. The fragment also adds a `DependsOn` to each consumer function
-  (Chalice's resource), so that Lambda's event source is made after its queue.
+  (Chalice's resource), so that Lambda's event source is made after its queue, and, to the event
+  source of a consumer that answers `batchItemFailures`, `FunctionResponseTypes:
+  [ReportBatchItemFailures]` (without it Lambda ignores the answer and deletes the whole batch).
 - The policies are checked against the DynamoDB, KMS and SQS calls the store really makes: every
   public store function is run under moto with its calls recorded; each call must be allowed, and
   the policy may grant nothing that no call needs, except what Lambda's SQS event sources do with
-  the consumer's role (receive, delete, read attributes) on exactly the queues they consume. The
+  the consumer's role (receive, delete, read attributes) on exactly the queues they consume; the
+  queues the deployed code puts a message back on (`queues.retry_later`) are `QUEUES`' own. The
   KMS grant is conditioned on the key's alias; `allows` evaluates exactly the condition operators
   the policies use (and fails on any other).
 - `chalice package` runs for real and `cfn-lint` checks what it produced; its SQS event sources
@@ -256,6 +259,15 @@ def _agents_without_review_index(doc: dict[str, Any]) -> None:
     _drop_index(doc, "agents", "to_review", "review_shard")
 
 
+def _agents_without_outbox_index(doc: dict[str, Any]) -> None:
+    _drop_index(doc, "agents", "outbox", "outbox_shard")
+
+
+def _outbox_index_keys_only(doc: dict[str, Any]) -> None:
+    (index,) = (i for i in _agents(doc)["Properties"]["GlobalSecondaryIndexes"] if i["IndexName"] == "outbox")
+    index["Projection"] = {"ProjectionType": "KEYS_ONLY"}
+
+
 def _runs_index_on_run_id(doc: dict[str, Any]) -> None:
     index = _table(doc, "runs")["Properties"]["GlobalSecondaryIndexes"][0]
     index["KeySchema"][0]["AttributeName"] = "run_id"
@@ -277,8 +289,8 @@ def _extra_table(doc: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     "break_it",
     [_drop_history, _number_key, _keys_only, _rename_index, _no_range_key, _swap_keys, _misname, _extra_table,
-     _runs_without_pending_index, _agents_without_review_index, _runs_index_on_run_id,
-     _connections_without_range_key, _drop_connections],
+     _runs_without_pending_index, _agents_without_review_index, _agents_without_outbox_index,
+     _outbox_index_keys_only, _runs_index_on_run_id, _connections_without_range_key, _drop_connections],
 )
 def test_a_broken_table_definition_fails_the_comparison(break_it: Callable[[dict[str, Any]], None]) -> None:
     broken = template()
@@ -356,10 +368,55 @@ def test_the_template_holds_the_tables_the_secrets_key_and_the_queues_and_nothin
     types = sorted(resource["Type"] for resource in own_resources(template()).values())
     assert types == sorted(["AWS::DynamoDB::Table"] * len(TABLES) + ["AWS::KMS::Key", "AWS::KMS::Alias"]
                            + ["AWS::SQS::Queue"] * 2 * len(QUEUES))
-    # and on Chalice's resources, only the consumers' wait for their queues
-    assert overlays(template()) == {
-        queue.consumer_id: {"DependsOn": [queue.logical_id]} for queue in QUEUES
-    }
+    # and on Chalice's resources, only the consumers' wait for their queues (and the partial
+    # batch responses of those that answer them)
+    assert overlays(template()) == expected_overlays()
+
+
+def expected_overlays() -> dict[str, dict[str, Any]]:
+    """What the fragment must add to Chalice's consumer functions, by `QUEUES`."""
+    wanted: dict[str, dict[str, Any]] = {}
+    for queue in QUEUES:
+        overlay: dict[str, Any] = {"DependsOn": [queue.logical_id]}
+        if queue.reports_batch_item_failures:
+            overlay["Properties"] = {"Events": {queue.event_id: {"Properties": {
+                "FunctionResponseTypes": [REPORT_BATCH_ITEM_FAILURES]}}}}
+        wanted[queue.consumer_id] = overlay
+    return wanted
+
+
+def _webhook_overlay_dropped(doc: dict[str, Any]) -> None:
+    del doc["Resources"]["WebhookConsumer"]["Properties"]
+
+
+def _webhook_overlay_on_a_misnamed_event(doc: dict[str, Any]) -> None:
+    events = doc["Resources"]["WebhookConsumer"]["Properties"]["Events"]
+    events["WebhookConsumerSqsEvent"] = events.pop("WebhookConsumerSqsEventSource")
+
+
+def _webhook_overlay_misspelt(doc: dict[str, Any]) -> None:
+    events = doc["Resources"]["WebhookConsumer"]["Properties"]["Events"]
+    events["WebhookConsumerSqsEventSource"]["Properties"]["FunctionResponseTypes"] = ["ReportBatchItemFailure"]
+
+
+def _partial_batches_on_the_sweep_worker(doc: dict[str, Any]) -> None:
+    doc["Resources"]["SweepWorker"]["Properties"] = {"Events": {"SweepWorkerSqsEventSource": {"Properties": {
+        "FunctionResponseTypes": [REPORT_BATCH_ITEM_FAILURES]}}}}
+
+
+def _webhook_consumer_does_not_wait(doc: dict[str, Any]) -> None:
+    del doc["Resources"]["WebhookConsumer"]["DependsOn"]
+
+
+@pytest.mark.parametrize(
+    "break_it",
+    [_webhook_overlay_dropped, _webhook_overlay_on_a_misnamed_event, _webhook_overlay_misspelt,
+     _partial_batches_on_the_sweep_worker, _webhook_consumer_does_not_wait],
+)
+def test_a_broken_overlay_fails_the_check(break_it: Callable[[dict[str, Any]], None]) -> None:
+    broken = template()
+    break_it(broken)
+    assert overlays(broken) != expected_overlays()
 
 
 def _key(doc: dict[str, Any]) -> dict[str, Any]:
@@ -435,6 +492,12 @@ class Queue:
     logical_id: str  # the queue in infra/resources.json
     dead_letter_id: str  # its dead-letter queue there
     consumer: str  # the `name=` of its `on_sqs_message` handler
+    # The consumer answers {"batchItemFailures": [...]}: its event source must say so
+    # (FunctionResponseTypes), or Lambda deletes the failed messages with the rest of the batch.
+    reports_batch_item_failures: bool = False
+    # The deployed code puts a failed message back with its own backoff (`queues.retry_later`,
+    # sqs:ChangeMessageVisibility; on no other queue).
+    retried_later: bool = False
 
     def name(self, stage: str) -> str:
         return str(getattr(deployed_settings(stage), self.setting))
@@ -444,8 +507,19 @@ class Queue:
         """The consumer's logical id in the packaged template."""
         return to_cfn_resource_name(self.consumer)
 
+    @property
+    def event_id(self) -> str:
+        """The consumer's SQS event source in the packaged template (Chalice names it after the
+        handler's `name=`; the fragment's overlay must use the same id)."""
+        return to_cfn_resource_name(f"{self.consumer}-sqs-event-source")
 
-QUEUES = [Queue("sweep_queue", "SweepQueue", "SweepDeadLetterQueue", "sweep_worker")]
+
+QUEUES = [
+    Queue("sweep_queue", "SweepQueue", "SweepDeadLetterQueue", "sweep_worker"),
+    Queue("webhook_queue", "WebhookQueue", "WebhookDeadLetterQueue", "webhook_consumer",
+          reports_batch_item_failures=True, retried_later=True),
+]
+REPORT_BATCH_ITEM_FAILURES = "ReportBatchItemFailures"
 
 # AWS: a queue that feeds a Lambda function needs a visibility timeout of at least six times the
 # function's timeout (plus the event source's batching window); shorter, and a message comes back
@@ -488,7 +562,8 @@ def queue_problems(doc: dict[str, Any], stage: str, queue: Queue, *, worker_time
         declared = resolve(properties.get("QueueName"), {"Stage": stage})
         if declared != name:
             problems.append(f"{logical_id} is named {declared!r}, the code uses {name!r}")
-        # A queue holds work that the next sweep finds again, nothing lasting: it goes with the
+        # A queue holds work in passing (the sweep's batches, which the next sweep finds again;
+        # webhook deliveries, which the agent's next change announces anew): it goes with the
         # stack (a retained one would also block a new stack of the stage, which names it).
         if (resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")) != ("Delete", "Delete"):
             problems.append(f"{logical_id} is not deleted with the stack")
@@ -541,82 +616,115 @@ def test_the_app_consumes_exactly_the_queues_of_the_template() -> None:
     assert consumed == {(queue.consumer, getattr(app_config.settings(), queue.setting), None) for queue in QUEUES}
 
 
-def _sweep_queue(doc: dict[str, Any]) -> dict[str, Any]:
-    return doc["Resources"]["SweepQueue"]
+def test_consumers_answer_batch_item_failures_exactly_as_their_queues_declare(client: Any) -> None:
+    """A consumer flagged `reports_batch_item_failures` answers Lambda's partial batch response
+    (the packaged event source then must carry ReportBatchItemFailures); the others answer
+    nothing, and fail a batch by raising. Asked with an empty batch, through Chalice's handler."""
+    for queue in QUEUES:
+        event = client.events.generate_sqs_event(message_bodies=[], queue_name=queue.name("dev"))
+        answer = client.lambda_.invoke(queue.consumer, event).payload
+        if queue.reports_batch_item_failures:
+            assert answer == {"batchItemFailures": []}, queue.consumer
+        else:
+            assert answer is None, queue.consumer
 
 
-def _sweep_dead_letters(doc: dict[str, Any]) -> dict[str, Any]:
-    return doc["Resources"]["SweepDeadLetterQueue"]
+def _main(doc: dict[str, Any], queue: Queue) -> dict[str, Any]:
+    return doc["Resources"][queue.logical_id]
 
 
-def _queue_misnamed(doc: dict[str, Any]) -> None:
-    _sweep_queue(doc)["Properties"]["QueueName"] = {"Fn::Sub": "workset-${Stage}-sweeps"}
+def _dead_letters(doc: dict[str, Any], queue: Queue) -> dict[str, Any]:
+    return doc["Resources"][queue.dead_letter_id]
 
 
-def _queue_without_stage(doc: dict[str, Any]) -> None:
-    _sweep_queue(doc)["Properties"]["QueueName"] = "workset-sweep"
+def _sub(name: str) -> dict[str, str]:
+    return {"Fn::Sub": name}
 
 
-def _dead_letters_misnamed(doc: dict[str, Any]) -> None:
-    _sweep_dead_letters(doc)["Properties"]["QueueName"] = {"Fn::Sub": "workset-${Stage}-sweep-dead"}
+def _queue_misnamed(doc: dict[str, Any], queue: Queue) -> None:
+    _main(doc, queue)["Properties"]["QueueName"] = _sub(_main(doc, queue)["Properties"]["QueueName"]["Fn::Sub"] + "s")
 
 
-def _three_receives(doc: dict[str, Any]) -> None:
-    _sweep_queue(doc)["Properties"]["RedrivePolicy"]["maxReceiveCount"] = 3
+def _queue_without_stage(doc: dict[str, Any], queue: Queue) -> None:
+    _main(doc, queue)["Properties"]["QueueName"] = queue.name("dev").replace("-dev-", "-")
 
 
-def _no_redrive(doc: dict[str, Any]) -> None:
-    del _sweep_queue(doc)["Properties"]["RedrivePolicy"]
+def _dead_letters_misnamed(doc: dict[str, Any], queue: Queue) -> None:
+    name = _dead_letters(doc, queue)["Properties"]["QueueName"]["Fn::Sub"]
+    _dead_letters(doc, queue)["Properties"]["QueueName"] = _sub(name.replace("-dlq", "-dead"))
 
 
-def _redrive_to_a_name(doc: dict[str, Any]) -> None:
-    _sweep_queue(doc)["Properties"]["RedrivePolicy"]["deadLetterTargetArn"] = "arn:aws:sqs:us-east-1:1:other-dlq"
+def _three_receives(doc: dict[str, Any], queue: Queue) -> None:
+    _main(doc, queue)["Properties"]["RedrivePolicy"]["maxReceiveCount"] = 3
 
 
-def _no_dead_letter_queue(doc: dict[str, Any]) -> None:
-    del doc["Resources"]["SweepDeadLetterQueue"]
+def _no_redrive(doc: dict[str, Any], queue: Queue) -> None:
+    del _main(doc, queue)["Properties"]["RedrivePolicy"]
 
 
-def _local_visibility(doc: dict[str, Any]) -> None:
-    _sweep_queue(doc)["Properties"]["VisibilityTimeout"] = 60  # what `queues.ensure` sets locally
+def _redrive_to_a_name(doc: dict[str, Any], queue: Queue) -> None:
+    _main(doc, queue)["Properties"]["RedrivePolicy"]["deadLetterTargetArn"] = "arn:aws:sqs:us-east-1:1:other-dlq"
 
 
-def _dead_letters_kept_four_days(doc: dict[str, Any]) -> None:
-    del _sweep_dead_letters(doc)["Properties"]["MessageRetentionPeriod"]
+def _redrive_to_another_queues_dead_letters(doc: dict[str, Any], queue: Queue) -> None:
+    other = next(other for other in QUEUES if other != queue)
+    _main(doc, queue)["Properties"]["RedrivePolicy"]["deadLetterTargetArn"] = {
+        "Fn::GetAtt": [other.dead_letter_id, "Arn"]}
 
 
-def _queue_kept_as_long_as_its_dead_letters(doc: dict[str, Any]) -> None:
-    _sweep_queue(doc)["Properties"]["MessageRetentionPeriod"] = DEAD_LETTER_RETENTION_SECONDS
+def _no_dead_letter_queue(doc: dict[str, Any], queue: Queue) -> None:
+    del doc["Resources"][queue.dead_letter_id]
 
 
-def _kms_encrypted(doc: dict[str, Any]) -> None:
-    _sweep_queue(doc)["Properties"].pop("SqsManagedSseEnabled")
-    _sweep_queue(doc)["Properties"]["KmsMasterKeyId"] = "alias/aws/sqs"
+def _local_visibility(doc: dict[str, Any], queue: Queue) -> None:
+    _main(doc, queue)["Properties"]["VisibilityTimeout"] = 60  # what `queues.ensure` sets locally
 
 
-def _dead_letters_unencrypted(doc: dict[str, Any]) -> None:
-    _sweep_dead_letters(doc)["Properties"]["SqsManagedSseEnabled"] = False
+def _default_visibility(doc: dict[str, Any], queue: Queue) -> None:
+    del _main(doc, queue)["Properties"]["VisibilityTimeout"]  # 30 s
 
 
-def _queue_retained(doc: dict[str, Any]) -> None:
-    _sweep_queue(doc)["DeletionPolicy"] = "Retain"
+def _dead_letters_kept_four_days(doc: dict[str, Any], queue: Queue) -> None:
+    del _dead_letters(doc, queue)["Properties"]["MessageRetentionPeriod"]
 
 
-def _fifo(doc: dict[str, Any]) -> None:
-    _sweep_queue(doc)["Properties"]["FifoQueue"] = True
+def _queue_kept_as_long_as_its_dead_letters(doc: dict[str, Any], queue: Queue) -> None:
+    _main(doc, queue)["Properties"]["MessageRetentionPeriod"] = DEAD_LETTER_RETENTION_SECONDS
+
+
+def _kms_encrypted(doc: dict[str, Any], queue: Queue) -> None:
+    _main(doc, queue)["Properties"].pop("SqsManagedSseEnabled")
+    _main(doc, queue)["Properties"]["KmsMasterKeyId"] = "alias/aws/sqs"
+
+
+def _unencrypted(doc: dict[str, Any], queue: Queue) -> None:
+    _main(doc, queue)["Properties"].pop("SqsManagedSseEnabled")
+
+
+def _dead_letters_unencrypted(doc: dict[str, Any], queue: Queue) -> None:
+    _dead_letters(doc, queue)["Properties"]["SqsManagedSseEnabled"] = False
+
+
+def _queue_retained(doc: dict[str, Any], queue: Queue) -> None:
+    _main(doc, queue)["DeletionPolicy"] = "Retain"
+
+
+def _fifo(doc: dict[str, Any], queue: Queue) -> None:
+    _main(doc, queue)["Properties"]["FifoQueue"] = True
 
 
 @pytest.mark.parametrize(
     "break_it",
     [_queue_misnamed, _queue_without_stage, _dead_letters_misnamed, _three_receives, _no_redrive, _redrive_to_a_name,
-     _no_dead_letter_queue, _local_visibility, _dead_letters_kept_four_days, _queue_kept_as_long_as_its_dead_letters,
-     _kms_encrypted, _dead_letters_unencrypted, _queue_retained, _fifo],
+     _redrive_to_another_queues_dead_letters, _no_dead_letter_queue, _local_visibility, _default_visibility,
+     _dead_letters_kept_four_days, _queue_kept_as_long_as_its_dead_letters, _kms_encrypted, _unencrypted,
+     _dead_letters_unencrypted, _queue_retained, _fifo],
 )
-def test_a_broken_queue_fails_the_check(break_it: Callable[[dict[str, Any]], None]) -> None:
-    (queue,) = (queue for queue in QUEUES if queue.logical_id == "SweepQueue")
-    broken = template()
-    break_it(broken)
-    assert queue_problems(broken, "dev", queue, worker_timeout=consumer_timeout("dev", queue)) != []
+def test_a_broken_queue_fails_the_check(break_it: Callable[[dict[str, Any], Queue], None]) -> None:
+    for queue in QUEUES:  # each queue broken alone; the others stay as they are
+        broken = template()
+        break_it(broken, queue)
+        assert queue_problems(broken, "dev", queue, worker_timeout=consumer_timeout("dev", queue)) != [], queue.setting
 
 
 @pytest.mark.parametrize("queue", QUEUES, ids=lambda queue: queue.setting)
@@ -672,6 +780,7 @@ def test_stage_configuration(stage: str) -> None:
     assert deployed.kms_key_id == f"alias/workset-{stage}"
     # the template's queue (workset-<Stage>-sweep) and the policy's grants name this queue
     assert deployed.sweep_queue == f"workset-{stage}-sweep"
+    assert deployed.webhook_queue == f"workset-{stage}-webhooks"
     # One vendor call may take a connect and a read timeout; API Gateway gives up at 29 s, so the
     # function must stop first (otherwise it runs on, billed, after the client got a 504).
     assert 2 * deployed.vendor_timeout_seconds <= config.lambda_timeout < API_GATEWAY_LIMIT_SECONDS
@@ -841,8 +950,8 @@ def exercise_store() -> set[str]:
     from datetime import timedelta
 
     from chalicelib.clock import utcnow
-    from chalicelib.store import accounts, agents, connections, history, runs, sweep, tools, vault
-    from chalicelib.store.agents import DemotionGuard
+    from chalicelib.store import accounts, agents, connections, history, outbox, runs, sweep, tools, vault
+    from chalicelib.store.agents import DemotionGuard, News
     from chalicelib.store.records import Agent, Connection, HistoryEvent, Promotion, Run
 
     ran: set[str] = set()
@@ -857,8 +966,13 @@ def exercise_store() -> set[str]:
     run(accounts.add_admin_token, "acct", "token-hash-2", now)
     assert run(accounts.account_of_token, "token-hash-2") == "acct"
     assert run(accounts.get_account, "acct") is not None
-    agent = Agent(agent_id="a1", account_id="acct", name="hermes", cap=5, idle_window_days=7, created_at=now)
-    run(agents.create_agent, agent, "key-hash")
+    agent = Agent(agent_id="a1", account_id="acct", name="hermes", cap=5, idle_window_days=7, created_at=now,
+                  webhook_url="https://hooks.acme.test/workset")
+    # The webhook's signing secret is sealed as notify.seal_secret does: the agent id goes in the
+    # encryption context as connection_id (the consumer decrypts it so, further down).
+    signing_secret = "whsec_c2lnbmluZy1zZWNyZXQtb2YtdGhlLWFnZW50"
+    sealed = run(vault.encrypt, signing_secret, account_id="acct", connection_id="a1")
+    run(agents.create_agent, agent, "key-hash", webhook_secret=sealed)
     run(agents.update_settings, "a1", {"name": "iris"})
     assert len(run(agents.list_agents, "acct", limit=10).items) == 1
     run(tools.put_version, "acct", "acme", "orders", {"name": "orders"}, "admin", now, previous=0)
@@ -871,9 +985,31 @@ def exercise_store() -> set[str]:
     assert run(tools.toolbox_revision, "acct") == 1
     week = now + timedelta(days=7)
     promotion = Promotion("acme", "orders", now, "a1")
-    assert run(agents.add_promotion, "a1", "acct", promotion, event, due_at=week, over_cap=False) is True
-    assert agents.add_promotion("a1", "acct", promotion, event, due_at=week, over_cap=True) is False  # promoted
-    assert run(agents.load_state, "a1").promotion("acme", "orders").due_at == week
+    assert run(outbox.pending) == []
+    assert run(outbox.change_seq, "a1") == 0
+    webhook = News(webhook=True)
+    assert run(agents.add_promotion, "a1", "acct", promotion, event, due_at=week, over_cap=False, news=webhook)
+    assert agents.add_promotion("a1", "acct", promotion, event, due_at=week, over_cap=True,
+                                news=webhook) is False  # promoted already: nothing written, no news
+    state = run(agents.load_state, "a1")
+    assert state.promotion("acme", "orders").due_at == week
+    assert (state.change_seq, state.mcp_seen_seq, state.webhook_url) == (1, 0, agent.webhook_url)
+
+    # The webhook's outbox (the sparse `outbox` index): the change put the agent there; a drain
+    # clears only the change it announced, and the consumer decrypts the signing secret.
+    assert outbox.pending() == ["a1"] and outbox.change_seq("a1") == 1
+    assert run(outbox.clear, "a1", 0) is False  # a newer change than the one announced: it stays
+    assert outbox.pending() == ["a1"]
+    assert outbox.clear("a1", 1) is True
+    assert outbox.pending() == []
+    assert state.webhook_secret == sealed and signing_secret.encode() not in sealed
+    assert vault.decrypt(state.webhook_secret, account_id=state.agent.account_id,
+                         connection_id=state.agent.agent_id) == signing_secret
+    # What an MCP response told the client: moves forward only.
+    run(outbox.mark_seen, "a1", 1)
+    assert agents.load_state("a1").mcp_seen_seq == 1
+    outbox.mark_seen("a1", 0)
+    assert agents.load_state("a1").mcp_seen_seq == 1
 
     # Runs: each start/approve/end is one transaction over the run, the agent's settings item
     # (its leases) and, for a promoted tool, its promotion item or, for an approval, its approval.
@@ -929,9 +1065,16 @@ def exercise_store() -> set[str]:
     assert sweep.agents_to_review() == {}
 
     stale = DemotionGuard(lease_rev=state.lease_rev - 1, last_used_at=used)
-    assert run(agents.remove_promotion, "a1", "acme", "orders", event, guard=stale) is False
-    assert agents.remove_promotion("a1", "acme", "orders", event,
+    seq = outbox.change_seq("a1")
+    assert run(agents.remove_promotion, "a1", "acme", "orders", event, guard=stale, news=webhook) is False
+    assert outbox.change_seq("a1") == seq and outbox.pending() == []  # nothing written
+    # a demotion an MCP client makes itself: told on its own response, the webhook not told
+    told = News(webhook=False, told_seq=seq + 1)
+    assert agents.remove_promotion("a1", "acme", "orders", event, news=told,
                                    guard=DemotionGuard(lease_rev=state.lease_rev, last_used_at=used)) is True
+    after = agents.load_state("a1")
+    assert (after.change_seq, after.mcp_seen_seq, after.promotions) == (seq + 1, seq + 1, ())
+    assert outbox.pending() == []
     assert len(run(history.list_events, "a1", limit=10).items) == 2
     assert run(sweep.make_due, "a1", "acme", "orders", now, "idle") is False  # not promoted any more
     runs.start(new_run(5, runs.RUNNING), use_due_at=week)  # demoted meanwhile: the run starts, unmarked
@@ -962,6 +1105,19 @@ def exercise_store() -> set[str]:
     attributes = sqs.get_queue_attributes(QueueUrl=sqs.get_queue_url(QueueName=sweep_queue)["QueueUrl"],
                                           AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
     assert attributes["ApproximateNumberOfMessages"] == "11"
+
+    # The webhook deliveries: the API function and the sweep send them; the consumer puts a failed
+    # one back after its backoff (sqs:ChangeMessageVisibility), on the queues that do so alone.
+    for queue in (queue for queue in QUEUES if queue.retried_later):
+        name = getattr(app_config.settings(), queue.setting)
+        run(queues.send, name, [{"type": "tools_list_changed", "agent_id": "a1", "event_id": "evt_a1_1"}])
+        url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        (message,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=600)["Messages"]
+        assert json.loads(message["Body"])["event_id"] == "evt_a1_1"
+        assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []  # in flight
+        run(queues.retry_later, name, message["ReceiptHandle"], 0)  # visible again at once
+        (again,) = sqs.receive_message(QueueUrl=url, AttributeNames=["ApproximateReceiveCount"])["Messages"]
+        assert again["MessageId"] == message["MessageId"] and again["Attributes"]["ApproximateReceiveCount"] == "2"
     return ran
 
 
@@ -1035,14 +1191,14 @@ def store_calls(record_aws: list[tuple[str, str, dict[str, Any], dict[str, Any]]
     return needed
 
 
-@pytest.mark.parametrize("stage", stages())
-def test_policy_allows_every_call_the_store_makes_and_nothing_more(stage: str, store_calls: list[Call]) -> None:
-    document = policy(stage)
-    denied = sorted({call.request(stage)[:2] for call in store_calls if not allows(document, *call.request(stage))})
-    assert not denied, f"policy-{stage}.json denies calls the store makes: {denied}"
-
-    needed = {call.action.lower() for call in store_calls}
-    assert {"kms:encrypt", "kms:decrypt", "sqs:getqueueurl", "sqs:sendmessage"} <= needed
+def call_grant_problems(document: dict[str, Any], stage: str, calls: list[Call]) -> list[str]:
+    """What is wrong with a policy for the calls the store makes (nothing: []): a call it denies,
+    an action it grants that no call (nor Lambda's event sources) needs."""
+    problems = []
+    denied = sorted({call.request(stage)[:2] for call in calls if not allows(document, *call.request(stage))})
+    if denied:
+        problems.append(f"denies calls the store makes: {denied}")
+    needed = {call.action.lower() for call in calls}
     if QUEUES:  # and Lambda's event sources, through the consumers' roles
         needed |= {action.lower() for action in EVENT_SOURCE_ACTIONS}
     granted = {
@@ -1051,7 +1207,18 @@ def test_policy_allows_every_call_the_store_makes_and_nothing_more(stage: str, s
         for action in _as_list(statement["Action"])
         if not action.lower().startswith("logs:")
     }
-    assert granted == needed, f"granted but never needed: {granted - needed}"
+    if granted != needed:
+        problems.append(f"granted but never needed: {sorted(granted - needed)}; "
+                        f"needed but never granted: {sorted(needed - granted)}")
+    return problems
+
+
+@pytest.mark.parametrize("stage", stages())
+def test_policy_allows_every_call_the_store_makes_and_nothing_more(stage: str, store_calls: list[Call]) -> None:
+    needed = {call.action.lower() for call in store_calls}
+    assert {"kms:encrypt", "kms:decrypt", "sqs:getqueueurl", "sqs:sendmessage", "sqs:changemessagevisibility",
+            "dynamodb:query"} <= needed
+    assert call_grant_problems(policy(stage), stage, store_calls) == [], f"policy-{stage}.json"
 
 
 @pytest.mark.parametrize("stage", stages())
@@ -1138,63 +1305,209 @@ def test_ensure_key_is_for_the_local_stack_only(
     assert callers == [], f"the deployed code calls ensure_key, which its role may not: {callers}"
 
 
-@pytest.mark.parametrize("stage", stages())
-def test_policy_reaches_exactly_the_stage_queues(stage: str, store_calls: list[Call]) -> None:
-    """Sending: the actions the store's calls need, on the queues it sends to. Consuming: what
-    Lambda's event sources do, on the queues of `QUEUES`. Nothing else of SQS, nothing on a
+def queue_grant_problems(document: dict[str, Any], stage: str, calls: list[Call]) -> list[str]:
+    """What is wrong with a policy's SQS grants (nothing: []). Sending and putting back: the
+    actions the store's calls need, on the queues they name. Consuming: what Lambda's event
+    sources do, on the queues of `QUEUES`. Nothing else of SQS on any queue, nothing on a
     dead-letter queue, nothing of another stage."""
-    document = policy(stage)
     expected = {(call.action, queue_arn(f"{table_prefix(stage)}-{call.queue}", region="*", account="*"))
-                for call in store_calls if call.queue is not None}
+                for call in calls if call.queue is not None}
     expected |= {(action, queue_arn(queue.name(stage), region="*", account="*"))
                  for queue in QUEUES for action in EVENT_SOURCE_ACTIONS}
+    problems = []
     granted = set()
     for statement in _statements(document):
         actions = _as_list(statement["Action"])
         if any(action.startswith("sqs:") for action in actions):
-            assert all(action.startswith("sqs:") for action in actions), statement
-            assert "Condition" not in statement, statement
+            if not all(action.startswith("sqs:") for action in actions) or "Condition" in statement:
+                problems.append(f"an SQS statement mixes services or has conditions: {statement}")
             granted |= {(action, resource) for action in actions for resource in _as_list(statement["Resource"])}
-    assert granted == expected
+    if granted != expected:
+        problems.append(f"SQS grants {sorted(granted - expected)} beyond, and lack {sorted(expected - granted)}")
     for queue in QUEUES:
         name = queue.name(stage)
-        for action in EVENT_SOURCE_ACTIONS:
-            assert allows(document, action, queue_arn(name)), action
-        wanted = {action for action, _ in expected}
-        for action in SQS_ACTIONS:
-            if action not in wanted:
-                assert not allows(document, action, queue_arn(name)), action
-            assert not allows(document, action, queue_arn(f"{name}-dlq")), action
+        here = {action for action, resource in expected if fnmatch.fnmatchcase(queue_arn(name), resource)}
+        for action in SQS_ACTIONS:  # on each queue exactly its own actions
+            if allows(document, action, queue_arn(name)) != (action in here):
+                problems.append(f"{action} on {name}: {'granted' if action not in here else 'denied'}")
+            if allows(document, action, queue_arn(f"{name}-dlq")):
+                problems.append(f"{action} on {name}-dlq")
             for other in set(stages()) - {stage}:
-                assert not allows(document, action, queue_arn(queue.name(other))), (action, other)
+                if allows(document, action, queue_arn(queue.name(other))):
+                    problems.append(f"{action} on {queue.name(other)} (stage {other})")
+    return problems
 
 
-def deployed_uses(module: str, names: set[str]) -> list[str]:
-    """Where the deployed code (app.py and chalicelib/, what `chalice package` ships; not local/)
-    names one of `names` of `module`: imported from it, or as an attribute of the module."""
+@pytest.mark.parametrize("stage", stages())
+def test_policy_reaches_exactly_the_stage_queues(stage: str, store_calls: list[Call]) -> None:
+    assert queue_grant_problems(policy(stage), stage, store_calls) == []
+    # spelled out for the webhooks: the consumer puts a failed delivery back with its backoff there,
+    # and nowhere else
+    retry = "sqs:ChangeMessageVisibility"
+    assert [queue.setting for queue in QUEUES if queue.retried_later] == ["webhook_queue"]
+    assert allows(policy(stage), retry, queue_arn(f"workset-{stage}-webhooks"))
+    for name in (f"workset-{stage}-sweep", f"workset-{stage}-webhooks-dlq", f"workset-{stage}-sweep-dlq"):
+        assert not allows(policy(stage), retry, queue_arn(name)), name
+
+
+def _statement(document: dict[str, Any], sid: str) -> dict[str, Any]:
+    (statement,) = (statement for statement in _statements(document) if statement.get("Sid") == sid)
+    return statement
+
+
+def _retry_on_the_sweep_queue_instead(document: dict[str, Any]) -> None:
+    _statement(document, "WorksetWebhookRetries")["Resource"] = ["arn:aws:sqs:*:*:workset-dev-sweep"]
+
+
+def _retry_on_both_queues(document: dict[str, Any]) -> None:
+    _statement(document, "WorksetWebhookRetries")["Resource"].append("arn:aws:sqs:*:*:workset-dev-sweep")
+
+
+def _retry_on_every_queue_of_the_stage(document: dict[str, Any]) -> None:
+    _statement(document, "WorksetWebhookRetries")["Resource"] = ["arn:aws:sqs:*:*:workset-dev-*"]
+
+
+def _retry_on_the_dead_letters(document: dict[str, Any]) -> None:
+    _statement(document, "WorksetWebhookRetries")["Resource"] = ["arn:aws:sqs:*:*:workset-dev-webhooks-dlq"]
+
+
+def _no_retry(document: dict[str, Any]) -> None:
+    document["Statement"].remove(_statement(document, "WorksetWebhookRetries"))
+
+
+def _retry_granted_with_the_event_sources(document: dict[str, Any]) -> None:
+    _no_retry(document)
+    _statement(document, "WorksetQueuesEventSources")["Action"].append("sqs:ChangeMessageVisibility")
+
+
+def _webhooks_not_consumed(document: dict[str, Any]) -> None:
+    _statement(document, "WorksetQueuesEventSources")["Resource"].remove("arn:aws:sqs:*:*:workset-dev-webhooks")
+
+
+def _webhooks_not_sent(document: dict[str, Any]) -> None:
+    _statement(document, "WorksetQueuesSend")["Resource"].remove("arn:aws:sqs:*:*:workset-dev-webhooks")
+
+
+def _no_outbox_index(document: dict[str, Any]) -> None:
+    _statement(document, "WorksetIndexes")["Resource"].remove(
+        "arn:aws:dynamodb:*:*:table/workset-dev-agents/index/outbox")
+
+
+def _webhook_secret_without_its_context(document: dict[str, Any]) -> None:
+    _statement(document, "WorksetSecretsKey")["Condition"]["ForAllValues:StringEquals"][
+        "kms:EncryptionContextKeys"] = ["account_id"]
+
+
+@pytest.mark.parametrize(
+    "break_it",
+    [_retry_on_the_sweep_queue_instead, _retry_on_both_queues, _retry_on_every_queue_of_the_stage,
+     _retry_on_the_dead_letters, _no_retry, _retry_granted_with_the_event_sources, _webhooks_not_consumed,
+     _webhooks_not_sent, _no_outbox_index, _webhook_secret_without_its_context],
+)
+def test_a_broken_policy_fails_the_checks(break_it: Callable[[dict[str, Any]], None],
+                                          store_calls: list[Call]) -> None:
+    broken = policy("dev")
+    break_it(broken)
+    assert broken != policy("dev")
+    assert call_grant_problems(broken, "dev", store_calls) + queue_grant_problems(broken, "dev", store_calls) != []
+
+
+def test_changing_visibility_on_the_sweep_queue_instead_fails_both_checks(store_calls: list[Call]) -> None:
+    """The one a slip would make: the webhook consumer's retry denied (queues.retry_later swallows
+    the AccessDenied, so only this test would tell), the sweep queue granted what it never needs."""
+    broken = policy("dev")
+    _retry_on_the_sweep_queue_instead(broken)
+    denied = call_grant_problems(broken, "dev", store_calls)
+    assert denied and "sqs:ChangeMessageVisibility" in denied[0] and "workset-dev-webhooks" in denied[0]
+    extra = queue_grant_problems(broken, "dev", store_calls)
+    assert "sqs:ChangeMessageVisibility on workset-dev-sweep: granted" in extra
+    assert "sqs:ChangeMessageVisibility on workset-dev-webhooks: denied" in extra
+
+
+def _deployed_modules(module: str) -> Iterator[tuple[Path, ast.Module, set[str], dict[str, str]]]:
+    """Each file of the deployed code (app.py and chalicelib/, what `chalice package` ships; not
+    local/) but `module` itself: its path, its tree, the names `module` goes by in it, and the
+    names it imports from `module` (as bound -> as defined)."""
     package, _, leaf = module.rpartition(".")
-    uses = []
     for path in [ROOT / "app.py", *sorted((ROOT / "chalicelib").rglob("*.py"))]:
         where = path.relative_to(ROOT)
         if where.with_suffix("").as_posix().replace("/", ".") == module:
             continue
         tree = ast.parse(path.read_text(), str(where))
-        bound = {module}  # the names the module goes by in this file
+        bound = {module}
+        imported: dict[str, str] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                package_parts = where.with_suffix("").parts[:-1]  # `from . import` starts here
-                base = package_parts[:len(package_parts) - node.level + 1] if node.level else ()
-                source = ".".join([*base, *([node.module] if node.module else [])])
+                source = _deployed_import_source(where, node)
                 for alias in node.names:
-                    if source == module and alias.name in names:
-                        uses.append(f"{where}:{node.lineno} imports {alias.name}")
+                    if source == module:
+                        imported[alias.asname or alias.name] = alias.name
                     if source == package and alias.name == leaf:
                         bound.add(alias.asname or leaf)
             elif isinstance(node, ast.Import):
                 bound.update(alias.asname for alias in node.names if alias.name == module and alias.asname)
+        yield where, tree, bound, imported
+
+
+def deployed_uses(module: str, names: set[str]) -> list[str]:
+    """Where the deployed code names one of `names` of `module`: imported from it, or as an
+    attribute of the module."""
+    uses = []
+    for where, tree, bound, _ in _deployed_modules(module):
+        uses += [f"{where}:{node.lineno} imports {alias.name}" for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) for alias in node.names
+                 if alias.name in names and _deployed_import_source(where, node) == module]
         uses += [f"{where}:{node.lineno} {ast.unparse(node)}" for node in ast.walk(tree)
                  if isinstance(node, ast.Attribute) and node.attr in names and ast.unparse(node.value) in bound]
     return uses
+
+
+def _deployed_import_source(where: Path, node: ast.ImportFrom) -> str:
+    """The module a `from ... import` of the file `where` imports from."""
+    package_parts = where.with_suffix("").parts[:-1]  # `from . import` starts here
+    base = package_parts[:len(package_parts) - node.level + 1] if node.level else ()
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def deployed_calls(module: str, name: str) -> list[tuple[str, ast.Call]]:
+    """Every call of `module`.`name` in the deployed code (as the module's attribute, or by the
+    name imported from it): where, and the call."""
+    calls = []
+    for where, tree, bound, imported in _deployed_modules(module):
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            function = node.func
+            if (isinstance(function, ast.Attribute) and function.attr == name and ast.unparse(function.value) in bound
+                    or isinstance(function, ast.Name) and imported.get(function.id) == name):
+                calls.append((f"{where}:{node.lineno}", node))
+    return calls
+
+
+def _setting_named(argument: ast.expr) -> str | None:
+    """`X` of an argument spelled `settings().X` or `config.settings().X` (how the deployed code
+    names a queue); None for any other spelling."""
+    if (isinstance(argument, ast.Attribute) and isinstance(argument.value, ast.Call) and not argument.value.args
+            and ast.unparse(argument.value.func) in {"settings", "config.settings", "app_config.settings"}):
+        return argument.attr
+    return None
+
+
+def test_the_deployed_code_puts_messages_back_only_on_the_queues_that_allow_it() -> None:
+    """`queues.retry_later` (sqs:ChangeMessageVisibility) swallows SQS's refusals, an AccessDenied
+    too: a call on a queue the policy does not grant it would fail silently in AWS (the message
+    then waits the queue's whole visibility timeout, with no backoff). So every call in the
+    deployed code must name its queue as a setting of `QUEUES` marked `retried_later`, which the
+    store exercise (and so the policy checks) cover."""
+    calls = deployed_calls("chalicelib.store.queues", "retry_later")
+    assert calls, "no deployed code calls queues.retry_later: drop `retried_later` and the policy's grant"
+    allowed = {queue.setting for queue in QUEUES if queue.retried_later}
+    named = {}
+    for where, call in calls:
+        argument = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "name"), None)
+        named[where] = _setting_named(argument) if argument is not None else None
+    assert all(setting in allowed for setting in named.values()), f"retry_later on {named}, allowed on {allowed}"
+    assert set(named.values()) == allowed, f"retry_later on {named}: a queue of `QUEUES` is marked needlessly"
 
 
 def test_deployed_uses_finds_every_way_of_naming_a_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1210,6 +1523,20 @@ def test_deployed_uses_finds_every_way_of_naming_a_function(tmp_path: Path, monk
     uses = deployed_uses("chalicelib.store.queues", {"ensure", "receive", "delete"})
     assert [use.split(" ", 1)[0] for use in uses] == [
         "chalicelib/store/a.py:2", "chalicelib/store/b.py:1", "chalicelib/store/c.py:2", "chalicelib/store/d.py:2"]
+
+
+def test_deployed_calls_finds_every_way_of_calling_a_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "chalicelib"
+    fake.mkdir()
+    (tmp_path / "app.py").write_text("from chalicelib.store import queues\nqueues.retry_later(settings().a, 'h', 1)\n")
+    (fake / "a.py").write_text("from chalicelib.store import queues as q\nq.retry_later(config.settings().b, 'h', 1)\n")
+    (fake / "b.py").write_text("from chalicelib.store.queues import retry_later as later\nlater(name, 'h', 1)\n")
+    (fake / "c.py").write_text("import chalicelib.store.queues\nchalicelib.store.queues.retry_later('q', 'h', 1)\n")
+    (fake / "d.py").write_text("from chalicelib.store import queues\nqueues.send(settings().a, [])\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    calls = deployed_calls("chalicelib.store.queues", "retry_later")
+    assert [(where, _setting_named(call.args[0])) for where, call in calls] == [
+        ("app.py:2", "a"), ("chalicelib/a.py:2", "b"), ("chalicelib/b.py:2", None), ("chalicelib/c.py:2", None)]
 
 
 @pytest.mark.parametrize("stage", stages())
@@ -1416,8 +1743,17 @@ def test_packaged_template_is_consistent(packaged: dict[str, Any]) -> None:
         assert resources[logical_id] == resource, logical_id
     for logical_id, overlay in overlays(template()).items():  # merged onto Chalice's resources
         assert logical_id in functions, f"{logical_id} is no function of the packaged template"
-        assert {key: resources[logical_id].get(key) for key in overlay} == overlay, logical_id
+        assert _merged_into(overlay, resources[logical_id]), (logical_id, overlay)
     assert packaged_template["Parameters"]["Stage"] == template()["Parameters"]["Stage"]
+
+
+def _merged_into(part: Any, whole: Any) -> bool:
+    """Whether `whole` carries `part` as `chalice package --merge-template` merges it: dicts key by
+    key (deeply), anything else replaced as a whole."""
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(key in whole and _merged_into(value, whole[key])
+                                               for key, value in part.items())
+    return bool(part == whole)
 
 
 PSEUDO_PARAMETERS = {"AWS::Partition": "aws", "AWS::Region": ARN_REGION, "AWS::AccountId": ARN_ACCOUNT}
@@ -1436,15 +1772,19 @@ def arn_in(doc: dict[str, Any], value: Any, stage: str) -> Any:
 def event_source_problems(doc: dict[str, Any], stage: str) -> list[str]:
     """What is wrong with the packaged template's SQS event sources (nothing: []): each of
     `QUEUES` is read by one event source of its consumer, which points at the ARN of the queue
-    the template declares, is made after that queue, and fits its visibility timeout; no other
-    function reads a queue."""
+    the template declares, is made after that queue, fits its visibility timeout and asks for
+    partial batch responses exactly when the consumer answers them; no other function reads a
+    queue."""
     resources = doc["Resources"]
-    sources = {
-        (function_id, event_id): event["Properties"]
+    events = {
+        (function_id, event_id): event
         for function_id, resource in resources.items() if resource["Type"] == "AWS::Serverless::Function"
-        for event_id, event in resource["Properties"].get("Events", {}).items() if event["Type"] == "SQS"
+        for event_id, event in resource["Properties"].get("Events", {}).items()
     }
-    problems = []
+    # an overlay merged onto an event id Chalice does not use makes an event of its own, untyped
+    problems = [f"{function_id}.{event_id} has no Type (an overlay on an event Chalice did not make?)"
+                for (function_id, event_id), event in events.items() if "Type" not in event]
+    sources = {key: event["Properties"] for key, event in events.items() if event.get("Type") == "SQS"}
     if sorted(function_id for function_id, _ in sources) != sorted(queue.consumer_id for queue in QUEUES):
         problems.append(f"SQS event sources {sorted(sources)}, want one for each of "
                         f"{[queue.consumer_id for queue in QUEUES]}")
@@ -1456,6 +1796,15 @@ def event_source_problems(doc: dict[str, Any], stage: str) -> list[str]:
             source = arn_in(doc, properties["Queue"], stage)
             if source != declared:
                 problems.append(f"{function_id}.{event_id} reads {source}, the template declares {declared}")
+            if event_id != queue.event_id:
+                problems.append(f"{function_id}'s SQS event source is {event_id}, the fragment's overlay names "
+                                f"{queue.event_id}")
+            # Without ReportBatchItemFailures Lambda ignores `batchItemFailures` and deletes the
+            # whole batch, the failed messages too (no retry, no dead-letter queue)
+            response_types = properties.get("FunctionResponseTypes")
+            wanted = [REPORT_BATCH_ITEM_FAILURES] if queue.reports_batch_item_failures else None
+            if response_types != wanted:
+                problems.append(f"{function_id}.{event_id} has FunctionResponseTypes {response_types}, want {wanted}")
             # Lambda cannot make an event source of a queue that does not exist yet; Chalice's
             # Fn::Sub of a name orders nothing, the consumer's DependsOn does (its event source
             # mapping refers to the function, so it waits for both)
@@ -1469,10 +1818,53 @@ def event_source_problems(doc: dict[str, Any], stage: str) -> list[str]:
 
 def test_packaged_event_sources_read_the_declared_queues(packaged: dict[str, Any]) -> None:
     assert event_source_problems(packaged["template"], "dev") == []
+    # spelled out for the webhook deliveries: Chalice's own event source, with the fragment's
+    # partial batch responses merged onto it
+    (webhooks,) = (queue for queue in QUEUES if queue.setting == "webhook_queue")
+    events = packaged["template"]["Resources"]["WebhookConsumer"]["Properties"]["Events"]
+    source = events["WebhookConsumerSqsEventSource"]
+    assert (webhooks.consumer_id, webhooks.event_id) == ("WebhookConsumer", "WebhookConsumerSqsEventSource")
+    assert source["Type"] == "SQS" and source["Properties"]["BatchSize"] == 10
+    assert source["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
 
 
 def _source_of(doc: dict[str, Any]) -> dict[str, Any]:
     return doc["Resources"]["SweepWorker"]["Properties"]["Events"]["SweepWorkerSqsEventSource"]["Properties"]
+
+
+def _webhook_events(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc["Resources"]["WebhookConsumer"]["Properties"]["Events"]
+
+
+def _no_report_batch_item_failures(doc: dict[str, Any]) -> None:
+    del _webhook_events(doc)["WebhookConsumerSqsEventSource"]["Properties"]["FunctionResponseTypes"]
+
+
+def _empty_response_types(doc: dict[str, Any]) -> None:
+    _webhook_events(doc)["WebhookConsumerSqsEventSource"]["Properties"]["FunctionResponseTypes"] = []
+
+
+def _response_types_merged_onto_another_event(doc: dict[str, Any]) -> None:
+    """What packaging gives when the overlay names an event id Chalice does not use."""
+    properties = _webhook_events(doc)["WebhookConsumerSqsEventSource"]["Properties"]
+    _webhook_events(doc)["WebhookConsumerSqsEvent"] = {
+        "Properties": {"FunctionResponseTypes": properties.pop("FunctionResponseTypes")}}
+
+
+def _sweep_worker_reports_batch_item_failures(doc: dict[str, Any]) -> None:
+    _source_of(doc)["FunctionResponseTypes"] = [REPORT_BATCH_ITEM_FAILURES]
+
+
+def _webhook_consumer_does_not_wait_for_its_queue(doc: dict[str, Any]) -> None:
+    del doc["Resources"]["WebhookConsumer"]["DependsOn"]
+
+
+def _webhook_source_on_the_sweep_queue(doc: dict[str, Any]) -> None:
+    _webhook_events(doc)["WebhookConsumerSqsEventSource"]["Properties"]["Queue"] = {"Fn::GetAtt": ["SweepQueue", "Arn"]}
+
+
+def _webhook_queue_short_visibility(doc: dict[str, Any]) -> None:
+    doc["Resources"]["WebhookQueue"]["Properties"]["VisibilityTimeout"] = 30
 
 
 def _declared_queue_renamed(doc: dict[str, Any]) -> None:
@@ -1510,7 +1902,10 @@ def _packaged_three_receives(doc: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     "break_it",
     [_declared_queue_renamed, _source_of_another_name, _source_on_the_dead_letters, _consumer_does_not_wait,
-     _second_consumer, _slow_consumer, _batching_window, _packaged_three_receives],
+     _second_consumer, _slow_consumer, _batching_window, _packaged_three_receives, _no_report_batch_item_failures,
+     _empty_response_types, _response_types_merged_onto_another_event, _sweep_worker_reports_batch_item_failures,
+     _webhook_consumer_does_not_wait_for_its_queue, _webhook_source_on_the_sweep_queue,
+     _webhook_queue_short_visibility],
 )
 def test_a_broken_event_source_fails_the_check(packaged: dict[str, Any],
                                                break_it: Callable[[dict[str, Any]], None]) -> None:
