@@ -8,11 +8,13 @@ from chalicelib import notify, sweep
 from chalicelib.api import bp as admin_api
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
+from chalicelib.console import bp as console
 from chalicelib.mcp.routes import bp as mcp_endpoint
 
 app = Chalice(app_name="workset")
 app.register_blueprint(mcp_endpoint)
 app.register_blueprint(admin_api)
+app.register_blueprint(console)
 
 
 @app.schedule(Rate(5, unit=Rate.MINUTES), name="sweep")

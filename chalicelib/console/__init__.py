@@ -1,0 +1,10 @@
+"""The web console under /console: server-rendered pages (Jinja2, autoescaped) over the same
+domain functions the admin API calls, behind a signed session cookie and CSRF-checked forms.
+
+Importing the page modules registers their views on the one blueprint.
+"""
+
+from chalicelib.console import agents, approvals, auth, connections, tools  # noqa: F401
+from chalicelib.console.common import bp
+
+__all__ = ["bp"]

@@ -1,0 +1,176 @@
+"""The agents list, creating an agent, and an agent's page: its working set as the harness sees
+it, History, settings, approvals, runs and token footprint."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from chalice import Response
+
+from chalicelib import accounts, runs, toolbox, workingset
+from chalicelib.config import settings
+from chalicelib.console import present
+from chalicelib.console.common import ALL_PAGE, PAGE_SIZE, Ctx, action, every, page, redirect
+from chalicelib.errors import InvalidInput
+from chalicelib.mcp.metatools import META_TOOLS
+from chalicelib.store import history as history_store
+from chalicelib.store.records import Agent, AgentState, Promotion, Run
+from chalicelib.toolbox import Tool
+from chalicelib.workingset import Cause, PromotedBy
+
+ACTOR = "admin"  # who the console acts as in history (the admin API's actor too)
+RECENT_RUNS = 10
+PICKER_SIZE = 20
+RANGES = {"cap": accounts.CAP_RANGE, "idle_window_days": accounts.IDLE_WINDOW_RANGE}
+
+
+@dataclass(frozen=True)
+class AgentRow:
+    """A line of the agents list."""
+
+    agent: Agent
+    last_activity: datetime | None
+    pending: int
+
+
+@dataclass(frozen=True)
+class SetRow:
+    """A line of the working set: the tool as tools/list shows it, and when the rule may demote it."""
+
+    tool: Tool
+    promotion: Promotion
+    demote_at: datetime  # when the idle rule may demote it (a revoked connection: at once)
+
+
+@page("/console/agents")
+def agents_list(ctx: Ctx) -> Response:
+    return _agents_page(ctx)
+
+
+@action("/console/agents")
+def create_agent(ctx: Ctx) -> Response:
+    try:
+        created = accounts.create_agent(ctx.account_id, settings_payload(ctx.form), ctx.now)
+    except InvalidInput as error:
+        return _agents_page(ctx, 400, error=error.message, values=ctx.form)
+    return ctx.render("agent_created.html", created=created, mcp_url=f"{settings().public_url}/mcp")
+
+
+@page("/console/agents/{agent_id}")
+def agent_page(ctx: Ctx, agent_id: str) -> Response:
+    return _agent_page(ctx, agent_id)
+
+
+@action("/console/agents/{agent_id}/settings")
+def save_settings(ctx: Ctx, agent_id: str) -> Response:
+    try:
+        accounts.update_agent(ctx.account_id, agent_id, settings_payload(ctx.form))
+    except InvalidInput as error:
+        return _agent_page(ctx, agent_id, 400, settings_error=error.message, values=ctx.form)
+    if ctx.form.get("back") == "list":
+        return redirect("/console/agents", done="saved")
+    return redirect(f"/console/agents/{agent_id}", done="saved")
+
+
+@action("/console/agents/{agent_id}/promote")
+def promote(ctx: Ctx, agent_id: str) -> Response:
+    state = accounts.get_state(ctx.account_id, agent_id)
+    vendor, name = ctx.form.get("vendor", ""), ctx.form.get("name", "")
+    workingset.promote(state, vendor, name, by=PromotedBy.CONSOLE, actor=ACTOR, now=ctx.now)
+    return redirect(f"/console/agents/{agent_id}", done="promoted", tool=f"{vendor}__{name}")
+
+
+@action("/console/agents/{agent_id}/demote")
+def demote(ctx: Ctx, agent_id: str) -> Response:
+    state = accounts.get_state(ctx.account_id, agent_id)
+    vendor, name = ctx.form.get("vendor", ""), ctx.form.get("name", "")
+    workingset.demote(state, vendor, name, cause=Cause.CONSOLE, actor=ACTOR, now=ctx.now)
+    return redirect(f"/console/agents/{agent_id}", done="demoted", tool=f"{vendor}__{name}")
+
+
+def settings_payload(form: dict[str, str]) -> dict[str, Any]:
+    """Name, cap and idle window from a form, as the domain takes them (a blank number is left
+    out: the default on create, unchanged on edit); the domain checks the ranges."""
+    payload: dict[str, Any] = {}
+    if "name" in form:
+        payload["name"] = form["name"].strip()
+    for field, (low, high) in RANGES.items():
+        text = form.get(field, "").strip()
+        if not text:
+            continue
+        try:
+            payload[field] = int(text)
+        except ValueError:
+            raise InvalidInput(f"{field}: must be a whole number from {low} to {high}", field=field) from None
+    return payload
+
+
+def _agents_page(ctx: Ctx, status: int = 200, *, error: str | None = None,
+                 values: dict[str, str] | None = None) -> Response:
+    listing = accounts.list_agents(ctx.account_id, limit=PAGE_SIZE, cursor=ctx.params.get("cursor"))
+    pending = Counter(run.agent_id for run in _pending(ctx))
+    rows = [AgentRow(agent, _last_activity(agent.agent_id), pending[agent.agent_id]) for agent in listing.items]
+    defaults = {"name": "", "cap": str(accounts.DEFAULT_CAP),
+                "idle_window_days": str(accounts.DEFAULT_IDLE_WINDOW_DAYS)}
+    return ctx.render("agents.html", status, rows=rows, next_cursor=listing.next, error=error,
+                      values={**defaults, **(values or {})}, ranges=RANGES, done=ctx.params.get("done"),
+                      paged=bool(ctx.params.get("cursor")))
+
+
+def _agent_page(ctx: Ctx, agent_id: str, status: int = 200, *, settings_error: str | None = None,
+                values: dict[str, str] | None = None) -> Response:
+    state = accounts.get_state(ctx.account_id, agent_id)
+    promoted = workingset.promoted_tools(state)
+    rows = [_set_row(state, tool) for tool in promoted]
+    history = history_store.list_events(agent_id, limit=PAGE_SIZE, cursor=ctx.params.get("history"))
+    every_tool = _whole_toolbox(ctx.account_id)
+    agent = state.agent
+    current = {"name": agent.name, "cap": str(agent.cap), "idle_window_days": str(agent.idle_window_days)}
+    return ctx.render(
+        "agent.html", status, state=state, agent=agent, rows=rows, history=history,
+        history_cursor=ctx.params.get("history"), picker=_picker(ctx, state, every_tool),
+        find=ctx.params.get("find", ""), pending=[run for run in _pending(ctx) if run.agent_id == agent_id],
+        recent=runs.list_for_agent(agent_id, limit=RECENT_RUNS, cursor=None).items,
+        footprint=present.footprint(promoted, every_tool), settings_error=settings_error,
+        values={**current, **(values or {})}, ranges=RANGES, done=ctx.params.get("done"),
+        done_tool=ctx.params.get("tool", ""), over_cap=len(state.promotions) > agent.cap,
+        meta_tools=META_TOOLS,
+    )
+
+
+def _set_row(state: AgentState, tool: Tool) -> SetRow:
+    promotion = state.promotion(*tool.key)
+    assert promotion is not None  # promoted_tools answers only promoted tools
+    if promotion.due_cause:
+        return SetRow(tool, promotion, promotion.due_at or promotion.promoted_at)
+    deadline = workingset.idle_deadline(state, promotion.last_used_at or promotion.promoted_at)
+    return SetRow(tool, promotion, deadline)
+
+
+def _picker(ctx: Ctx, state: AgentState, every_tool: list[Tool]) -> list[Tool]:
+    """Tools to promote: the search hits for `find` (find_tool's ranking), else the first tools
+    of the toolbox that are not in the set."""
+    query = ctx.params.get("find", "").strip()
+    if query:
+        return toolbox.search(ctx.account_id, query, PICKER_SIZE)
+    return [tool for tool in every_tool if state.promotion(*tool.key) is None][:PICKER_SIZE]
+
+
+def _whole_toolbox(account_id: str) -> list[Tool]:
+    heads = every(lambda cursor: toolbox.page(account_id, limit=ALL_PAGE, cursor=cursor))
+    return toolbox.resolve_many(account_id, [(head.vendor, head.name) for head in heads])
+
+
+def _pending(ctx: Ctx) -> list[Run]:
+    return list(every(lambda cursor: runs.list_pending(ctx.account_id, limit=ALL_PAGE, cursor=cursor, now=ctx.now)))
+
+
+def _last_activity(agent_id: str) -> datetime | None:
+    """The newer of the agent's last run and the last change of its working set."""
+    last_run = runs.list_for_agent(agent_id, limit=1, cursor=None).items
+    last_event = history_store.list_events(agent_id, limit=1).items
+    moments = [item.created_at for item in last_run] + [item.at for item in last_event]
+    return max(moments, default=None)

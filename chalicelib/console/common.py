@@ -1,0 +1,168 @@
+"""What every console route shares: the blueprint, the templates, the session and CSRF check,
+reading forms, redirects, and turning domain errors into pages."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache, wraps
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode
+
+from chalice import Blueprint, Response
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from chalicelib import accounts
+from chalicelib.clock import utcnow
+from chalicelib.config import settings
+from chalicelib.console import present
+from chalicelib.console import session as sessions
+from chalicelib.errors import WorksetError
+from chalicelib.store.records import Page
+
+bp = Blueprint(__name__)
+
+FORM = ["application/x-www-form-urlencoded"]
+HOME = "/console/agents"
+PAGE_SIZE = 25
+ALL_PAGE = 100  # page size when a view needs a whole list (names of agents, the toolbox)
+
+
+@dataclass
+class Ctx:
+    """One signed-in request: who, the form it posted, the query it asked, and the clock."""
+
+    session: sessions.Session
+    now: datetime
+    form: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def account_id(self) -> str:
+        """The account the person acts for."""
+        return self.session.account_id
+
+    def render(self, template: str, status: int = 200, **values: Any) -> Response:
+        """A page of the signed-in console (navigation, CSRF token)."""
+        return render(template, status, csrf=self.session.csrf, signed_in=True, now=self.now, **values)
+
+
+def page(path: str) -> Callable[[Callable[..., Response]], Any]:
+    """Register a GET page that needs a session; without one, the browser goes to sign in."""
+    return _route(path, "GET")
+
+
+def action(path: str) -> Callable[[Callable[..., Response]], Any]:
+    """Register a POST form handler that needs a session and the session's CSRF token."""
+    return _route(path, "POST")
+
+
+def _route(path: str, method: str) -> Callable[[Callable[..., Response]], Any]:
+    def register(view: Callable[..., Response]) -> Any:
+        @wraps(view)
+        def wrapped(**params: str) -> Response:
+            request = bp.current_request
+            now = utcnow()
+            session = sessions.read(request.headers.get("cookie"), now)
+            if session is None:
+                return redirect("/console/sign-in", next=_current_path(path, params) if method == "GET" else None)
+            ctx = Ctx(session, now, params=dict(request.query_params or {}))
+            if method == "POST":
+                ctx.form = read_form()
+                if not sessions.valid(session.csrf, ctx.form.get("csrf")):
+                    return ctx.render("error.html", 403, title="Form refused", message=(
+                        "This form did not carry a valid token for your session. Nothing was changed; "
+                        "go back, reload the page and try again."))
+            try:
+                return view(ctx, **params)
+            except WorksetError as error:
+                return ctx.render("error.html", error.status, title=_TITLES.get(error.status, "Refused"),
+                                  message=error.message)
+
+        return bp.route(path, methods=[method], content_types=FORM if method == "POST" else ["application/json"])(
+            wrapped)
+
+    return register
+
+
+_TITLES = {400: "Not accepted", 404: "Not found", 409: "Conflict", 413: "Too large"}
+
+
+def render(template: str, status: int = 200, headers: dict[str, str] | None = None, **values: Any) -> Response:
+    """An HTML page. Styles and the one script carry a per-response nonce that the Content
+    Security Policy requires, so injected markup could not run even if escaping failed."""
+    nonce = secrets.token_urlsafe(12)
+    body = _environment().get_template(template).render(nonce=nonce, **values)
+    policy = (f"default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; img-src 'self' data:; "
+              "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+    return Response(body=body, status_code=status, headers={
+        "Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store", "Content-Security-Policy": policy,
+        "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", **(headers or {}),
+    })
+
+
+def redirect(path: str, cookie: str | None = None, **query: str | None) -> Response:
+    """303 See Other to a console path (after a form, the browser GETs the page)."""
+    headers: dict[str, str | list[str]] = {"Location": url(path, **query), "Cache-Control": "no-store"}
+    if cookie:
+        headers["Set-Cookie"] = cookie
+    return Response(body="", status_code=303, headers=headers)
+
+
+def url(path: str, **query: Any) -> str:
+    """A console link, under the path the deployment is served at; None values are left out."""
+    kept = {name: value for name, value in query.items() if value is not None and value != ""}
+    return f"{sessions.path_prefix()}{path}" + (f"?{urlencode(kept)}" if kept else "")
+
+
+def safe_next(value: str | None) -> str:
+    """Where to go after signing in: only a console path (never another site)."""
+    if value and value.startswith("/console/") and value.isprintable() and not any(c in value for c in " \\"):
+        return value
+    return HOME
+
+
+def read_form() -> dict[str, str]:
+    """The urlencoded body as a dict (the first value of each field)."""
+    raw = bp.current_request.raw_body or b""
+    if isinstance(raw, str):
+        raw = raw.encode()
+    if len(raw) > settings().max_request_bytes:
+        return {}
+    fields = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
+    return {name: values[0] for name, values in fields.items()}
+
+
+def every(fetch: Callable[[str | None], Page]) -> Iterator[Any]:
+    """Every item of a paged list (`fetch(cursor)` answers one page)."""
+    cursor: str | None = None
+    while True:
+        result = fetch(cursor)
+        yield from result.items
+        if not result.next:
+            return
+        cursor = result.next
+
+
+def agent_names(account_id: str) -> dict[str, str]:
+    """Agent id -> name for the whole account."""
+    agents = every(lambda cursor: accounts.list_agents(account_id, limit=ALL_PAGE, cursor=cursor))
+    return {agent.agent_id: agent.name for agent in agents}
+
+
+def _current_path(path: str, params: dict[str, str]) -> str:
+    here = path.format(**{name: quote(value, safe="") for name, value in params.items()})
+    query = bp.current_request.query_params
+    return here + (f"?{urlencode(dict(query))}" if query else "")
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Environment:
+    environment = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True,
+                              undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    environment.filters.update(present.FILTERS)
+    environment.globals.update(url=url, public_url=lambda: settings().public_url)
+    return environment

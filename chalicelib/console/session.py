@@ -1,0 +1,134 @@
+"""Console sessions without server state: a cookie holding the account id, an expiry and a
+random session id, signed with HMAC-SHA256 under the deployment's console secret. Every form
+carries a CSRF token derived from the session id; the sign-in form, which comes before any
+session, carries one derived from a short-lived random cookie (double submit).
+
+    cookie  = <account_id>.<expires epoch>.<session id>.<mac("session", the three before)>
+    csrf    = mac("csrf", session id)
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
+
+from chalicelib.config import settings
+
+SESSION_COOKIE = "workset_console"
+SIGN_IN_COOKIE = "workset_console_sign_in"
+LIFETIME = timedelta(hours=8)
+SIGN_IN_LIFETIME = timedelta(minutes=30)
+
+
+class NotConfigured(Exception):
+    """This deployment has no console secret, so no session can be signed or trusted."""
+
+
+@dataclass(frozen=True)
+class Session:
+    """A signed-in person: the account they act for, until `expires`."""
+
+    account_id: str
+    session_id: str
+    expires: int
+
+    @property
+    def csrf(self) -> str:
+        """The token every form of this session carries."""
+        return _mac("csrf", self.session_id)
+
+
+def session_key() -> bytes:
+    """The signing key: the deployment's console secret (local stages have a fixed default,
+    deployed ones must set WORKSET_CONSOLE_SECRET; without it the console refuses sign-in)."""
+    secret = settings().console_secret
+    if not secret:
+        raise NotConfigured("set WORKSET_CONSOLE_SECRET to sign console sessions on this stage")
+    return hashlib.sha256(b"workset-console\n" + secret.encode()).digest()
+
+
+def configured() -> bool:
+    """True when sessions can be signed here."""
+    return bool(settings().console_secret)
+
+
+def issue(account_id: str, now: datetime) -> tuple[Session, str]:
+    """A new session and the Set-Cookie value that carries it."""
+    session = Session(account_id, secrets.token_urlsafe(18), int((now + LIFETIME).timestamp()))
+    payload = f"{session.account_id}.{session.expires}.{session.session_id}"
+    value = f"{payload}.{_mac('session', payload)}"
+    return session, set_cookie(SESSION_COOKIE, value, LIFETIME)
+
+
+def read(cookie_header: str | None, now: datetime) -> Session | None:
+    """The session a request's cookie proves, or None (absent, forged, expired, unconfigured)."""
+    value = cookies(cookie_header).get(SESSION_COOKIE)
+    if not value or not configured() or value.count(".") != 3:
+        return None
+    payload, _, mac = value.rpartition(".")
+    if not hmac.compare_digest(mac, _mac("session", payload)):
+        return None
+    account_id, expires, session_id = payload.split(".")
+    if not expires.isdigit() or int(expires) <= now.timestamp():
+        return None
+    return Session(account_id, session_id, int(expires))
+
+
+def sign_out() -> str:
+    """The Set-Cookie value that removes the session."""
+    return set_cookie(SESSION_COOKIE, "", timedelta(0))
+
+
+def sign_in_nonce(cookie_header: str | None) -> tuple[str, str | None]:
+    """The sign-in form's nonce: the one the browser holds, or a new one with its Set-Cookie."""
+    held = cookies(cookie_header).get(SIGN_IN_COOKIE)
+    if held:
+        return held, None
+    nonce = secrets.token_urlsafe(18)
+    return nonce, set_cookie(SIGN_IN_COOKIE, nonce, SIGN_IN_LIFETIME)
+
+
+def sign_in_csrf(nonce: str) -> str:
+    """The token the sign-in form carries for its nonce."""
+    return _mac("sign-in", nonce)
+
+
+def valid(expected: str, given: str | None) -> bool:
+    """Constant-time comparison of a CSRF token."""
+    return bool(given) and hmac.compare_digest(expected.encode(), (given or "").encode())
+
+
+def cookies(cookie_header: str | None) -> dict[str, str]:
+    """The request's cookies by name (split by hand: other cookies of the site, however odd,
+    must not hide the console's)."""
+    found: dict[str, str] = {}
+    for part in (cookie_header or "").split(";"):
+        name, separator, value = part.strip().partition("=")
+        if separator and name and name not in found:
+            found[name] = value.strip().strip('"')
+    return found
+
+
+def set_cookie(name: str, value: str, lifetime: timedelta) -> str:
+    """A console cookie: HttpOnly, SameSite=Strict, scoped to the console, Secure outside the
+    local stages (a local browser talks plain HTTP to 127.0.0.1)."""
+    parts = [f"{name}={value}", f"Path={path_prefix()}/console", f"Max-Age={int(lifetime.total_seconds())}",
+             "HttpOnly", "SameSite=Strict"]
+    if not settings().is_local:
+        parts.append("Secure")
+    return "; ".join(parts)
+
+
+def path_prefix() -> str:
+    """The path the deployment is served under (an API Gateway stage such as `/api`, or none)."""
+    return urlsplit(settings().public_url).path.rstrip("/")
+
+
+def _mac(purpose: str, message: str) -> str:
+    digest = hmac.new(session_key(), f"{purpose}\n{message}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")

@@ -1,0 +1,266 @@
+"""The console in a real browser: Playwright driving Debian's Chromium headless against the served
+local stack. Screenshots of the main pages go to test-artifacts/console/ (printed at the end)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from tests.conftest import Vendor
+from tests.e2e.conftest import ROOT, Stack, start_stack, stop_stack
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+SCREENSHOTS = ROOT / "test-artifacts" / "console"
+LAPTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="/usr/bin/chromium is not installed: `./dev test` installs Debian's chromium (apt-get install chromium); "
+           "Playwright's own browser download cannot work here",
+)
+
+
+@pytest.fixture(scope="module")
+def console_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A stack of its own, so the screenshots show only what these tests made."""
+    running = start_stack(tmp_path_factory.mktemp("console-stack"))
+    yield running
+    stop_stack(running)
+
+
+@pytest.fixture(scope="module")
+def browser(request: pytest.FixtureRequest) -> Iterator[Any]:
+    if SCREENSHOTS.exists():
+        shutil.rmtree(SCREENSHOTS)
+    SCREENSHOTS.mkdir(parents=True)
+    with request.config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
+        print(f"\nConsole screenshots: {SCREENSHOTS}", flush=True)  # printed once, past pytest's capture
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any, console_stack: Stack) -> Iterator[Any]:
+    """A signed-in laptop-sized page (a fresh browser context: its own cookies)."""
+    context = browser.new_context(viewport=LAPTOP)
+    signed_in = context.new_page()
+    sign_in(signed_in, console_stack)
+    yield signed_in
+    context.close()
+
+
+def sign_in(page: Any, stack: Stack) -> None:
+    page.goto(f"{stack.url}/console/agents")
+    page.fill("#token", stack.running.token)
+    page.click("button:has-text('Sign in')")
+    page.wait_for_url(re.compile(r"/console/agents$"))
+
+
+def shot(page: Any, name: str) -> None:
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def publish_read_tools(stack: Stack, vendor: str, *names: str) -> None:
+    for name in names:
+        description = f"{name.replace('-', ' ').capitalize()} in {vendor}."
+        stack.publish({"vendor": vendor, "name": name, "description": description,
+                       "input_schema": {"type": "object", "properties": {"customer": {"type": "string"}}},
+                       "annotations": {"readOnlyHint": True},
+                       "request": {"method": "GET", "url": "http://127.0.0.1:9/x"}})
+
+
+def history(page: Any) -> list[tuple[str, str, str]]:
+    """(action, tool, cause) of each History row, newest first."""
+    found = []
+    for row in page.locator("#history tr.event").all():
+        found.append((row.locator(".action").inner_text(), row.locator("code").inner_text(),
+                      row.locator(".cause").inner_text()))
+    return found
+
+
+def mcp_call(stack: Stack, key: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One tools/call over HTTP, as a 2025-11-25 harness sends it; answers the tool result."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": name, "arguments": arguments}}).encode()
+    request = urllib.request.Request(f"{stack.url}/mcp", data=body, method="POST", headers={
+        "Authorization": f"Bearer {key}", "Content-Type": "application/json", "MCP-Protocol-Version": "2025-11-25",
+        "Accept": "application/json, text/event-stream"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        text = response.read().decode()
+        if response.headers.get("Content-Type", "").startswith("text/event-stream"):
+            text = [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ")][-1]
+    return json.loads(text)["result"]
+
+
+def test_sign_in_and_create_an_agent(browser: Any, console_stack: Stack) -> None:
+    context = browser.new_context(viewport=LAPTOP)
+    context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page = context.new_page()
+    # GIVEN a browser without a session
+    page.goto(f"{console_stack.url}/console/agents")
+    # THEN it is at the sign-in form
+    assert page.url.endswith("/console/sign-in?next=%2Fconsole%2Fagents")
+    shot(page, "01-sign-in")
+    # WHEN a wrong token is tried, then the admin token
+    page.fill("#token", "wsa_wrong-token-wrong-token")
+    page.click("button:has-text('Sign in')")
+    assert page.locator("[role=alert]").inner_text() == "That admin token is not valid."
+    page.fill("#token", console_stack.running.token)
+    page.click("button:has-text('Sign in')")
+    # THEN the agents list opens
+    page.wait_for_url(re.compile(r"/console/agents$"))
+    # WHEN an agent is created
+    page.fill("#create #name-new", "athena")
+    page.fill("#create #cap-new", "12")
+    page.click("button:has-text('Create agent')")
+    # THEN its key is shown once with the MCP URL, and Copy puts the key on the clipboard
+    key = page.locator("#api-key").inner_text()
+    assert key.startswith("wsk_")
+    assert page.locator("#mcp-url").inner_text().endswith("/mcp")
+    page.click("[data-copy=api-key]")
+    expect(page.locator("[data-copy=api-key]")).to_have_text("Copied")  # waits for the clipboard
+    assert page.evaluate("navigator.clipboard.readText()") == key
+    shot(page, "03-agent-created")
+    # AND the list shows the new agent with its cap
+    page.goto(f"{console_stack.url}/console/agents")
+    row = page.locator("tr", has=page.locator("a:text-is('athena')"))
+    assert "0 / 12" in row.inner_text()
+    shot(page, "02-agents")
+    context.close()
+
+
+def test_promote_and_demote_then_history_after_a_sweep(page: Any, console_stack: Stack) -> None:
+    # GIVEN an agent and a toolbox of three read tools
+    shop = f"shop{uuid.uuid4().hex[:6]}"
+    publish_read_tools(console_stack, shop, "list-sales-orders", "list-customers", "get-invoice")
+    agent = console_stack.new_agent()
+    page.goto(f"{console_stack.url}/console/agents/{agent['id']}")
+    # WHEN two tools are found and promoted from the console, and one of them demoted
+    page.fill("#find", "sales orders")
+    page.click("form:has(#find) button:has-text('Search')")
+    expect(page).to_have_url(re.compile(r"find=sales\+orders"))
+    for name in ("list-sales-orders", "get-invoice"):
+        page.locator(f"[data-candidate='{shop}__{name}'] button:has-text('Promote')").click()
+        expect(page.locator(".notice.ok")).to_have_text(f"Promoted {shop}__{name} from the console.")
+    expect(page.locator("#working-set tr[data-tool]")).to_have_count(2)
+    page.locator(f"tr[data-tool='{shop}__get-invoice'] button:has-text('Demote')").click()
+    expect(page.locator(".notice.ok")).to_have_text(f"Demoted {shop}__get-invoice from the console.")
+    # THEN the set holds the one left, promoted by the console, never used, and History says so
+    assert [row.get_attribute("data-tool") for row in page.locator("#working-set tr[data-tool]").all()] == [
+        f"{shop}__list-sales-orders"]
+    assert page.locator(".promoted-by").inner_text().startswith("the console")
+    assert page.locator(".last-used").inner_text() == "never"
+    assert history(page) == [("demoted", f"{shop}__get-invoice", "the console"),
+                             ("promoted", f"{shop}__get-invoice", "the console"),
+                             ("promoted", f"{shop}__list-sales-orders", "the console")]
+    shot(page, "04-agent")
+    # WHEN the sweep runs past the idle window
+    later = (datetime.now(timezone.utc) + timedelta(days=22)).isoformat().replace("+00:00", "Z")
+    status, report = console_stack.admin("POST", "/v1/sweep", {"now": later})
+    assert status == 200, report
+    page.reload()
+    # THEN the tool is gone and History shows why, newest first
+    assert page.locator("#working-set tr[data-tool]").count() == 0
+    assert history(page)[0] == ("demoted", f"{shop}__list-sales-orders", "unused past the idle window")
+    shot(page, "05-agent-after-sweep")
+
+
+def test_edit_cap_out_of_range_shows_the_reason_and_saves_nothing(page: Any, console_stack: Stack) -> None:
+    # GIVEN an agent's page
+    agent = console_stack.new_agent()
+    page.goto(f"{console_stack.url}/console/agents/{agent['id']}")
+    # WHEN the cap is set to 501 and saved
+    page.fill("#settings input[name=cap]", "501")
+    page.click("#settings button:has-text('Save')")
+    # THEN the reason is shown, the typed value kept, and nothing saved
+    assert page.locator("#settings [role=alert]").inner_text() == (
+        "cap: Input should be less than or equal to 500. Nothing was saved.")
+    assert page.locator("#settings input[name=cap]").input_value() == "501"
+    shot(page, "06-settings-error")
+    assert console_stack.admin("GET", f"/v1/agents/{agent['id']}")[1]["cap"] == 20
+    # WHEN a value in range is saved
+    page.fill("#settings input[name=cap]", "500")
+    page.click("#settings button:has-text('Save')")
+    # THEN it is saved, with the note that it applies at the next sweep
+    assert "take effect at the next sweep" in page.locator(".notice.ok").inner_text()
+    assert console_stack.admin("GET", f"/v1/agents/{agent['id']}")[1]["cap"] == 500
+
+
+def test_approve_a_pending_run(page: Any, console_stack: Stack, vendor: Vendor) -> None:
+    # GIVEN a write tool and an agent whose first call of it waits for a person
+    shop = f"shop{uuid.uuid4().hex[:6]}"
+    console_stack.publish({"vendor": shop, "name": "create-order", "description": "Create a sales order.",
+                           "input_schema": {"type": "object", "properties": {"customer": {"type": "string"}}},
+                           "annotations": {"destructiveHint": False},
+                           "request": {"method": "POST", "url": f"{vendor.url}/orders"}})
+    agent = console_stack.new_agent()
+    waiting = mcp_call(console_stack, agent["api_key"], "run_tool",
+                       {"vendor": shop, "name": "create-order", "input": {"customer": "acme"}})["structuredContent"]
+    assert waiting["status"] == "awaiting_approval" and vendor.received == []
+    page.goto(f"{console_stack.url}/console/approvals")
+    shot(page, "07-approvals")
+    # WHEN the person opens the approval link the agent was given, and approves
+    page.goto(console_stack.url + "/console/approvals/" + waiting["approval_url"].rsplit("/", 1)[1])
+    assert '"customer": "acme"' in page.locator("#input").inner_text()
+    shot(page, "08-approval")
+    page.click("button:has-text('Approve')")
+    # THEN the run succeeded, the vendor got the request once, and the agent reads the result
+    expect(page.locator("#status")).to_contain_text("succeeded")
+    assert len(vendor.received) == 1
+    shot(page, "09-approved")
+    got = mcp_call(console_stack, agent["api_key"], "get_run", {"run_id": waiting["run_id"]})["structuredContent"]
+    assert got["status"] == "succeeded"
+
+
+def test_toolbox_and_connections_pages(page: Any, browser: Any, console_stack: Stack) -> None:
+    # GIVEN a connection added from the console, with its secret typed once
+    page.goto(f"{console_stack.url}/console/connections")
+    page.fill("#vendor", "unleashed")
+    page.select_option("#auth_type", "header")
+    page.fill("#header_name", "X-Api-Key")
+    page.fill("#secret", "sk-browser-secret")
+    page.fill("#hosts", "127.0.0.1")
+    page.click("button:has-text('Add connection')")
+    # THEN it is listed, and its secret appears nowhere
+    assert "added" in page.locator(".notice.ok").inner_text()
+    assert "sk-browser-secret" not in page.content()
+    shot(page, "10-connections")
+    # WHEN a tool uses it and is promoted for an agent, and the person starts to revoke it
+    connection_id = page.locator("tr[data-connection] code").first.inner_text()
+    console_stack.publish({"vendor": "unleashed", "name": "list-orders", "description": "List orders.",
+                           "input_schema": {"type": "object"}, "annotations": {"readOnlyHint": True},
+                           "connection": connection_id, "request": {"method": "GET", "url": "http://127.0.0.1:9/o"}})
+    agent = console_stack.new_agent()
+    console_stack.admin("POST", f"/v1/agents/{agent['id']}/working-set", {"vendor": "unleashed", "name": "list-orders"})
+    page.click(f"tr[data-connection='{connection_id}'] a:has-text('Revoke')")
+    # THEN the confirmation names the agent whose tool it will demote
+    assert agent["name"] in page.locator("#affected").inner_text()
+    shot(page, "11-revoke-confirmation")
+    # AND the toolbox shows the tool with the agent that has it, and search finds it
+    page.goto(f"{console_stack.url}/console/tools?q=orders")
+    assert agent["name"] in page.locator("tr[data-tool='unleashed__list-orders']").inner_text()
+    shot(page, "12-toolbox")
+    # AND the agent's page reads well on a phone
+    phone = browser.new_context(viewport=PHONE)
+    small = phone.new_page()
+    sign_in(small, console_stack)
+    small.goto(f"{console_stack.url}/console/agents/{agent['id']}")
+    width = small.evaluate("document.documentElement.scrollWidth")
+    shot(small, "13-agent-phone")
+    phone.close()
+    assert width <= PHONE["width"]
