@@ -40,6 +40,10 @@ rm -rf "$out"
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+# packages installed without their declared dependencies (requirements-nodeps.txt) go into
+# vendor/, which chalice copies into the deployment package as they are
+rm -rf vendor
+.venv/bin/python -m pip install --quiet --no-deps --target vendor -r requirements-nodeps.txt
 .venv/bin/chalice package --merge-template infra/resources.json --stage "$stage" "$out" 2>&1 | tee "$log"
 if grep -q "Could not install dependencies" "$log"; then
   echo "refusing to deploy: the package lacks dependencies the Lambda runtime needs (see above)" >&2
