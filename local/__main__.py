@@ -77,7 +77,13 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
 
     base = f"http://{args.host}:{port}"
+    if not os.environ.get("WORKSET_PUBLIC_URL"):  # links in answers (approval_url, MCP URL) use the real port
+        os.environ["WORKSET_PUBLIC_URL"] = base
+        from chalicelib import config
+
+        config.settings.cache_clear()
     print(f"Workset is running on {base}", flush=True)
+    print(f"  Console        {base}/console   (sign in with the admin token)", flush=True)
     print(f"  MCP endpoint   {base}/mcp", flush=True)
     print(f"  Admin API      {base}/v1   (Authorization: Bearer <admin token>)", flush=True)
     print(f"  Admin token    {token}", flush=True)
