@@ -29,12 +29,14 @@ if TYPE_CHECKING:
 
 DIMENSIONS = 384
 MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json); longer texts are cut
-BATCH_SIZE = 32  # texts per forward pass; texts are sorted by length first so padding stays small
+BATCH_SIZE = 32  # at most this many texts per forward pass...
+BATCH_TOKENS = 2048  # ...and at most this many tokens, padding included (8 texts of 256)
 _PACKAGE = "all_minilm_l6_v2"
 _LAYERS = 6
 _HEADS = 12
 _LAYER_NORM_EPS = 1e-12  # config.json
 _MASKED = np.float32(-1e9)  # added to attention scores of padding: exp() of it is exactly 0
+_CHUNK_BYTES = 1 << 20  # decompression step when reading the weights
 _FLOAT_DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2")}
 
 
@@ -70,7 +72,7 @@ class _MiniLM:
 
     def __init__(self, path: Path) -> None:
         with zipfile.ZipFile(path) as archive:
-            tensors = read_safetensors(archive.read("model.safetensors"))
+            tensors = read_safetensors(_inflate(archive, "model.safetensors"))
         self.word = tensors["embeddings.word_embeddings.weight"]
         self.position = tensors["embeddings.position_embeddings.weight"]
         self.token_type = tensors["embeddings.token_type_embeddings.weight"][0]  # single segment
@@ -83,11 +85,9 @@ class _MiniLM:
         out = np.zeros((len(texts), DIMENSIONS), np.float32)
         if not texts:
             return out
-        encodings = self.tokenizer.encode_batch(list(texts))
-        by_length = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        for lo in range(0, len(by_length), BATCH_SIZE):
-            rows = by_length[lo: lo + BATCH_SIZE]
-            ids, mask = _pad([encodings[i].ids for i in rows])
+        sequences = [e.ids for e in self.tokenizer.encode_batch(list(texts))]
+        for rows in _batches(sequences):
+            ids, mask = _pad([sequences[i] for i in rows])
             out[rows] = self._forward(ids, mask)
         return out
 
@@ -112,8 +112,12 @@ def _block(hidden: np.ndarray, bias: np.ndarray, layer: _Layer) -> np.ndarray:
     qkv = hidden @ layer.qkv + layer.qkv_bias  # (batch, length, 3 * width)
     # -> three arrays of (batch, heads, length, head)
     q, k, v = qkv.reshape(batch, length, 3, _HEADS, head).transpose(2, 0, 3, 1, 4)
-    scores = (q @ k.transpose(0, 1, 3, 2)) * np.float32(1 / np.sqrt(head)) + bias
-    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    # Softmax in place: for long texts these (batch, heads, length, length) arrays dominate memory.
+    scores = q @ k.transpose(0, 1, 3, 2)
+    scores *= np.float32(1 / np.sqrt(head))
+    scores += bias
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
     context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, width)
     hidden = _layer_norm(hidden + context @ layer.attention_out + layer.attention_out_bias,
@@ -130,8 +134,12 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarr
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """BERT's exact GELU, x * Phi(x) = x/2 * (1 + erf(x / sqrt 2))."""
-    return np.float32(0.5) * x * (np.float32(1) + _erf(x * np.float32(1 / np.sqrt(2))))
+    """BERT's exact GELU, x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)), overwriting x."""
+    phi = _erf(x * np.float32(1 / np.sqrt(2)))
+    phi += np.float32(1)
+    phi *= np.float32(0.5)
+    x *= phi
+    return x
 
 
 # Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7, about float32's resolution; numpy has no erf
@@ -141,14 +149,39 @@ _ERF_A = [np.float32(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    """Error function of a float32 array: within 1.5e-7 of erf, plus float32 rounding."""
+    """Error function of a float32 array: within 1.5e-7 of erf, plus float32 rounding.
+
+    erf(z) = 1 - t * poly(t) * exp(-z^2) with t = 1 / (1 + p z) for z >= 0; odd in z. Works in
+    a few buffers the size of x (this runs on the widest activations of the model).
+    """
     z = np.abs(x)
-    t = np.float32(1) / (np.float32(1) + _ERF_P * z)
-    poly = _ERF_A[0]
+    t = z * _ERF_P
+    t += np.float32(1)
+    np.reciprocal(t, out=t)
+    poly = t * _ERF_A[0]
     for a in _ERF_A[1:]:  # Horner: ((((a1 t + a2) t + a3) t + a4) t + a5) t
-        poly = poly * t + a
-    y = np.float32(1) - poly * t * np.exp(-z * z)
-    return np.copysign(y, x)
+        poly += a
+        poly *= t
+    np.square(z, out=z)
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    poly *= z
+    np.subtract(np.float32(1), poly, out=poly)
+    return np.copysign(poly, x, out=poly)
+
+
+def _batches(sequences: list[list[int]]) -> list[list[int]]:
+    """Indexes of the sequences grouped for forward passes: similar lengths together (little
+    padding), at most BATCH_SIZE texts and BATCH_TOKENS padded tokens each (bounded memory:
+    the attention scores alone are 12 x length^2 floats per text)."""
+    batches: list[list[int]] = []
+    for i in sorted(range(len(sequences)), key=lambda i: len(sequences[i])):
+        # sorted by length, so this sequence is the longest of the batch it joins
+        if batches and len(batches[-1]) < BATCH_SIZE and (len(batches[-1]) + 1) * len(sequences[i]) <= BATCH_TOKENS:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
 
 
 def _pad(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -162,10 +195,24 @@ def _pad(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return ids, mask
 
 
-def read_safetensors(raw: bytes) -> dict[str, np.ndarray]:
+def _inflate(archive: zipfile.ZipFile, member: str) -> bytearray:
+    """A member's bytes, decompressed chunk by chunk into one buffer (ZipFile.read holds the
+    90 MB weights two or three times over while it joins them: a Lambda's peak memory)."""
+    buffer = bytearray(archive.getinfo(member).file_size)
+    with archive.open(member) as stream:
+        filled = 0
+        while chunk := stream.read(_CHUNK_BYTES):
+            buffer[filled: filled + len(chunk)] = chunk
+            filled += len(chunk)
+    if filled != len(buffer):
+        raise ValueError(f"{member} in {archive.filename}: {filled} bytes, the zip says {len(buffer)}")
+    return buffer
+
+
+def read_safetensors(raw: bytes | bytearray) -> dict[str, np.ndarray]:
     """Float tensors of a safetensors file: 8-byte little-endian header size, JSON header, data.
 
-    Arrays are read-only views into `raw` (no copy). Other dtypes are skipped: this model's
+    Arrays are views into `raw` (no copy). Other dtypes are skipped: this model's
     file also holds int64 position ids, which BERT derives from positions anyway.
     """
     header_len = int.from_bytes(raw[:8], "little")

@@ -37,6 +37,12 @@ def index() -> SearchIndex:
     return SearchIndex.build(doc(*row) for row in TOOLBOX)
 
 
+@pytest.fixture(scope="module")
+def stored_docs() -> list[Document]:
+    """The toolbox as the app keeps it: each tool with the vector computed at publish."""
+    return [Document(f"{v}/{n}", v, n, d, document_vector(v, n, d)) for v, n, d in TOOLBOX]
+
+
 def keys(hits: list[tuple[str, float]]) -> list[str]:
     return [key for key, _ in hits]
 
@@ -219,11 +225,9 @@ def test_document_vector_is_384_float16_values() -> None:
     assert np.isfinite(values).all() and abs(np.linalg.norm(values) - 1) < 1e-2
 
 
-def test_stored_vectors_rank_like_computed_ones(index: SearchIndex) -> None:
+def test_stored_vectors_rank_like_computed_ones(index: SearchIndex, stored_docs: list[Document]) -> None:
     # GIVEN the toolbox again, this time with the vectors the app stored at publish
-    stored = SearchIndex.build(
-        Document(f"{v}/{n}", v, n, d, document_vector(v, n, d)) for v, n, d in TOOLBOX
-    )
+    stored = SearchIndex.build(stored_docs)
     # WHEN both indexes answer the same queries
     # THEN the answers are the same (one by one or in a batch, float32 sums may differ in the last bit)
     for query in ("unleashed sales orders", "credit card transactions", "weather", "refund a customer order"):
@@ -232,15 +236,15 @@ def test_stored_vectors_rank_like_computed_ones(index: SearchIndex) -> None:
         assert [score for _, score in kept] == pytest.approx([score for _, score in fresh], abs=1e-4)
 
 
-def test_build_from_stored_vectors_runs_no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_from_stored_vectors_runs_no_model(stored_docs: list[Document],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN documents that carry their stored vectors
-    docs = [Document(f"{v}/{n}", v, n, d, document_vector(v, n, d)) for v, n, d in TOOLBOX]
     # WHEN an index is built while embedding is made to fail
     def refuse(texts: list[str]) -> np.ndarray:
         raise AssertionError("build embedded a document")
 
     monkeypatch.setattr(embedder, "embed", refuse)
-    built = SearchIndex.build(docs)
+    built = SearchIndex.build(stored_docs)
     # THEN the build succeeds on the stored vectors alone
     assert len(built) == len(TOOLBOX)
 
