@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from chalicelib import connections
 from chalicelib.errors import InvalidInput, ToolNotFound
-from chalicelib.search import Document, SearchIndex
+from chalicelib.search import VECTOR_VERSION, Document, SearchIndex, document_vector
 from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed
 from chalicelib.store.records import Page, ToolVersion
@@ -146,12 +146,14 @@ def publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, *
         connections.check_usable(account_id, spec.connection, spec.vendor, spec.request.url, field="connection",
                                  require_hosts=agent_authored)
     definition = spec.model_dump(mode="json", exclude_none=True)
+    vector = document_vector(spec.vendor, spec.name, spec.description)  # once per version, not per search
     for _ in range(PUBLISH_ATTEMPTS):
         head = tool_store.get_head(account_id, spec.vendor, spec.name)
         previous = head.version if head else 0
         try:
             version = tool_store.put_version(
-                account_id, spec.vendor, spec.name, definition, published_by, now, previous=previous
+                account_id, spec.vendor, spec.name, definition, published_by, now, previous=previous,
+                vector=vector, vector_version=VECTOR_VERSION,
             )
         except ConditionFailed:
             continue  # another publish of this tool won; publish on top of it
@@ -217,7 +219,8 @@ def search(account_id: str, query: str, limit: int) -> list[Tool]:
     if cached is None or cached.revision != revision:
         tools = {f"{head.vendor}/{head.name}": _tool(head) for head in tool_store.list_heads(account_id)}
         documents = [
-            Document(key=key, vendor=tool.spec.vendor, name=tool.spec.name, description=tool.spec.description)
+            Document(key=key, vendor=tool.spec.vendor, name=tool.spec.name, description=tool.spec.description,
+                     vector=tool.version.vector if tool.version.vector_version == VECTOR_VERSION else None)
             for key, tool in tools.items()
         ]
         cached = _CachedIndex(revision, SearchIndex.build(documents), tools)

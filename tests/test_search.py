@@ -296,3 +296,24 @@ def test_import_does_not_load_model_libraries() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     # THEN neither a tokenizer nor a model package is imported yet
     assert out.stdout.split() == ["False", "False", "False"]
+
+
+def test_a_published_tool_keeps_its_search_vector_so_a_cold_index_embeds_nothing(admin, mcp, monkeypatch) -> None:
+    # GIVEN a tool published through the API (its vector computed then)
+    from chalicelib import embedder, toolbox
+
+    admin.publish()
+    toolbox._indexes.clear()
+    embedded: list[int] = []
+    original = embedder.embed
+
+    def counting(texts):
+        embedded.append(len(texts))
+        return original(texts)
+
+    monkeypatch.setattr(embedder, "embed", counting)
+    # WHEN a cold instance answers find_tool
+    hits = mcp.call("find_tool", {"query": "sales orders"})["structuredContent"]["hits"]
+    # THEN only the query was embedded, not the tool
+    assert hits[0]["name"] == "list-sales-orders"
+    assert embedded == [1]

@@ -209,6 +209,9 @@ class ToolboxItem(Model):
     definition = JSONAttribute()
     published_at = UTCDateTimeAttribute()
     published_by = UnicodeAttribute()
+    # the search vector of this version (computed once at publish) and the recipe that made it
+    vector = BinaryAttribute(null=True, legacy_encoding=False)
+    vector_version = UnicodeAttribute(null=True)
 
 
 class ToolHeadItem(ToolboxItem, discriminator="head"):

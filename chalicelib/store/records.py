@@ -93,6 +93,8 @@ class ToolVersion:
     definition: dict[str, Any]
     published_at: datetime
     published_by: str
+    vector: bytes | None = field(default=None, repr=False)
+    vector_version: str | None = None
 
 
 @dataclass(frozen=True)

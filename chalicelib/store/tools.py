@@ -76,7 +76,7 @@ def toolbox_revision(account_id: str) -> int:
 
 def put_version(
     account_id: str, vendor: str, name: str, definition: dict[str, Any], published_by: str, now: datetime,
-    *, previous: int,
+    *, previous: int, vector: bytes | None = None, vector_version: str | None = None,
 ) -> ToolVersion:
     """Publish version `previous + 1` and make it the head, atomically.
 
@@ -85,7 +85,7 @@ def put_version(
     version = previous + 1
     fields = dict(
         account_id=account_id, vendor=vendor, name=name, version=version, definition=definition,
-        published_at=now, published_by=published_by,
+        published_at=now, published_by=published_by, vector=vector, vector_version=vector_version,
     )
     head_condition = (
         ToolboxItem.sk.does_not_exist() if previous == 0 else ToolboxItem.version == previous
@@ -101,7 +101,8 @@ def put_version(
             actions=[AccountItem.toolbox_revision.add(1)],
             condition=AccountItem.account_id.exists(),
         )
-    return ToolVersion(vendor, name, version, definition, published_at=now, published_by=published_by)
+    return ToolVersion(vendor, name, version, definition, published_at=now, published_by=published_by,
+                       vector=vector, vector_version=vector_version)
 
 
 def _record(item: ToolboxItem) -> ToolVersion:
@@ -112,4 +113,6 @@ def _record(item: ToolboxItem) -> ToolVersion:
         definition=item.definition,
         published_at=item.published_at,
         published_by=item.published_by,
+        vector=bytes(item.vector) if item.vector else None,
+        vector_version=item.vector_version,
     )
