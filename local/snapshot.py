@@ -3,6 +3,7 @@ stack dumps every table to a JSON file when something changed and loads it at st
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -29,7 +30,7 @@ class Snapshots:
         """Load the file into the (empty) tables; answers how many items were loaded."""
         if not self.path.exists():
             return 0
-        data: dict[str, list[dict[str, Any]]] = json.loads(self.path.read_text())
+        data: dict[str, list[dict[str, Any]]] = json.loads(self.path.read_text(), object_hook=_from_json)
         loaded = 0
         for table, items in data.items():
             if table not in self.tables:
@@ -52,7 +53,7 @@ class Snapshots:
                 return False
             self.path.parent.mkdir(parents=True, exist_ok=True)
             temporary = self.path.with_suffix(".tmp")
-            temporary.write_text(json.dumps(data))
+            temporary.write_text(json.dumps(data, default=_to_json))
             os.replace(temporary, self.path)
             self._digest = digest
             return True
@@ -66,4 +67,15 @@ class Snapshots:
 
 
 def _digest(data: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=_to_json).encode()).hexdigest()
+
+
+def _to_json(value: Any) -> Any:
+    """Binary attributes (ciphertexts, search vectors) as base64 in the JSON file."""
+    if isinstance(value, bytes):
+        return {"__bytes__": base64.b64encode(value).decode()}
+    raise TypeError(f"cannot snapshot a {type(value).__name__}")
+
+
+def _from_json(value: dict[str, Any]) -> Any:
+    return base64.b64decode(value["__bytes__"]) if set(value) == {"__bytes__"} else value
