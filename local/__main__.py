@@ -39,13 +39,16 @@ def main() -> None:
     from chalicelib.clock import utcnow
     from chalicelib.store import tables, vault
     from local import demo, workers
-    from local.snapshot import Snapshots
+    from local.snapshot import KmsKeys, Snapshots
 
     names = tables.create_all()
     vault.ensure_key()
     snapshots = Snapshots(data_dir / "snapshot.json", names) if moto_server else None
     if snapshots:
         snapshots.restore()
+        kms_keys = KmsKeys(data_dir / "kms-keys.json", os.environ["AWS_DEFAULT_REGION"])
+        kms_keys.restore()
+        kms_keys.save()
 
     token = _admin_token(data_dir)
     account_id = accounts.account_of_admin_token(token)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import urllib.request
 import subprocess
 import sys
 import time
@@ -10,17 +12,20 @@ from pathlib import Path
 
 import boto3
 
+from tests.conftest import Vendor
 from tests.e2e.conftest import ROOT, start_stack, stop_stack
 
 
-def test_state_survives_a_restart(tmp_path: Path) -> None:
+def test_state_survives_a_restart(tmp_path: Path, vendor: Vendor) -> None:
     # GIVEN a stack with an agent and a published tool
     first = start_stack(tmp_path)
     try:
         agent = first.new_agent()
+        status, connection = first.admin("POST", "/v1/connections",
+                                         {"vendor": "keep", "auth": {"type": "bearer", "token": "survivor"}})
         first.publish({"vendor": "keep", "name": "me", "description": "A tool that must survive.",
                        "input_schema": {"type": "object"}, "annotations": {"readOnlyHint": True},
-                       "request": {"method": "GET", "url": "http://127.0.0.1:9/x"}})
+                       "connection": connection["id"], "request": {"method": "GET", "url": f"{vendor.url}/x"}})
     finally:
         stop_stack(first)
     # WHEN the stack is started again on the same data folder
@@ -31,6 +36,11 @@ def test_state_survives_a_restart(tmp_path: Path) -> None:
         assert (status, fetched["name"]) == (200, agent["name"])
         status, tool = second.admin("GET", "/v1/tools/keep/me")
         assert [v["version"] for v in tool["versions"]] == [1]
+        # AND a secret stored before the restart still reaches the vendor
+        key = second.admin("POST", "/v1/agents", {"name": "after"})[1]["api_key"]
+        called = _rpc(second.url, key, "run_tool", {"vendor": "keep", "name": "me", "input": {}})
+        assert called["result"]["isError"] is False, called
+        assert vendor.received[-1]["headers"]["Authorization"] == "Bearer survivor"
     finally:
         stop_stack(second)
 
@@ -60,6 +70,15 @@ def test_aws_endpoint_url_replaces_the_embedded_emulator(tmp_path: Path) -> None
     finally:
         emulator.terminate()
         emulator.wait(timeout=10)
+
+
+def _rpc(url: str, key: str, tool: str, arguments: dict) -> dict:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": tool, "arguments": arguments}}).encode()
+    request = urllib.request.Request(f"{url}/mcp", data=body, method="POST", headers={
+        "Authorization": f"Bearer {key}", "Content-Type": "application/json", "MCP-Protocol-Version": "2025-11-25"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
 
 
 def _free_port() -> int:
