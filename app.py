@@ -10,6 +10,7 @@ from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.console import bp as console
 from chalicelib.mcp.routes import bp as mcp_endpoint
+from chalicelib.store import queues
 
 app = Chalice(app_name="workset")
 app.register_blueprint(mcp_endpoint)
@@ -27,7 +28,7 @@ def scheduled_sweep(event: object) -> None:
 def webhook_consumer(event: SQSEvent) -> dict[str, list[dict[str, str]]]:
     """Signed webhook deliveries; failures are reported per message (partial batch response)."""
     failed = notify.consume([
-        notify.Delivery(record.to_dict()["messageId"], record.body, record.receipt_handle,
+        queues.Message(record.to_dict()["messageId"], record.body, record.receipt_handle,
                         int(record.to_dict().get("attributes", {}).get("ApproximateReceiveCount", "1")))
         for record in event
     ])

@@ -28,7 +28,6 @@ import hmac
 import json
 import secrets
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from chalicelib import outbound
@@ -37,6 +36,7 @@ from chalicelib.config import settings
 from chalicelib.errors import VendorError, WorksetError
 from chalicelib.store import agents as agent_store
 from chalicelib.store import outbox, queues, vault
+from chalicelib.store.queues import Message
 from chalicelib.store.records import AgentState, Run
 
 SECRET_PREFIX = "whsec_"
@@ -123,17 +123,7 @@ def deliver(body: str) -> None:
         raise WebhookFailed(f"webhook for {state.agent.agent_id} answered HTTP {response.status}")
 
 
-@dataclass(frozen=True)
-class Delivery:
-    """One queued message as an event source hands it over."""
-
-    message_id: str
-    body: str
-    receipt_handle: str
-    receive_count: int
-
-
-def consume(deliveries: list[Delivery]) -> list[str]:
+def consume(deliveries: list[Message]) -> list[str]:
     """Deliver a batch; answer the ids of the messages that failed. Each failure is put back with
     an exponential backoff (SQS retries it then, and parks it in the dead-letter queue after the
     last try); the others are done."""

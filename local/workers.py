@@ -13,7 +13,7 @@ from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.store import queues
 
-Batch = Callable[[list[notify.Delivery]], list[str]]
+Batch = Callable[[list[queues.Message]], list[str]]
 
 
 def start(stop: threading.Event, *, sweep_interval: float) -> None:
@@ -38,7 +38,7 @@ def consume_once(queue: str, handler: Batch, *, wait_seconds: int = 1) -> int:
     handler reports failed stay (SQS delivers them again, then parks them in the dead-letter
     queue); the others are deleted. Answers how many were received."""
     messages = queues.receive(queue, wait_seconds=wait_seconds)
-    deliveries = [notify.Delivery(m["MessageId"], m["Body"], m["ReceiptHandle"],
+    deliveries = [queues.Message(m["MessageId"], m["Body"], m["ReceiptHandle"],
                                   int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1"))) for m in messages]
     failed = set(handler(deliveries)) if deliveries else set()
     for delivery in deliveries:

@@ -73,7 +73,7 @@ def page(result: Page, shape: Callable[[Any], dict[str, Any]]) -> dict[str, Any]
 
 def run(record: Run) -> dict[str, Any]:
     """A run: what was called, with what, and how it stands."""
-    shaped = {
+    return {
         "id": record.run_id,
         "agent_id": record.agent_id,
         "vendor": record.vendor,
@@ -89,7 +89,6 @@ def run(record: Run) -> dict[str, Any]:
         "error": record.error,
         "decided_by": record.decided_by,
     }
-    return shaped
 
 
 def connection(record: Connection) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -13,6 +14,16 @@ from chalicelib.config import settings
 
 SEND_BATCH = 10  # SQS takes at most ten messages per SendMessageBatch
 MAX_RECEIVES = 5  # deliveries before a message is parked in the dead-letter queue
+
+
+@dataclass(frozen=True)
+class Message:
+    """One queued message as an event source (Lambda's, or the local stack's) hands it over."""
+
+    message_id: str
+    body: str
+    receipt_handle: str
+    receive_count: int
 
 
 @lru_cache(maxsize=1)
