@@ -12,15 +12,16 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from chalicelib import notify, outbound
+from chalicelib import hosts, notify, outbound
 from chalicelib.config import settings
 from chalicelib.errors import InvalidInput, NotFound, Unauthorized, WorksetError
 from chalicelib.store import accounts as account_store
 from chalicelib.store import agents as agent_store
+from chalicelib.store import connections as connection_store
 from chalicelib.store.base import ConditionFailed
 from chalicelib.store.records import Account, Agent, AgentState, Page
 from chalicelib.validation import parse
@@ -32,6 +33,9 @@ DEFAULT_IDLE_WINDOW_DAYS = 21
 ADMIN_TOKEN_PREFIX = "wsa_"
 MIN_TOKEN_LENGTH = 16
 AGENT_KEY_PREFIX = "wsk_"
+AGENT_ID_PREFIX = "ag"
+ADMIN = "admin"  # the actor of what an admin token or the console does
+MAX_ALLOWED_HOSTS = 50
 
 
 class AgentSettings(BaseModel):
@@ -45,6 +49,9 @@ class AgentSettings(BaseModel):
         default=None, ge=IDLE_WINDOW_RANGE[0], le=IDLE_WINDOW_RANGE[1], strict=True
     )
     webhook_url: str | None = Field(default=None, max_length=2000)
+    # "all" (every connection of the account, the default) or the ids of the connections allowed
+    connections: Literal["all"] | list[Annotated[str, Field(pattern=r"^cn[0-9a-f]{1,32}$")]] | None = Field(
+        default=None, max_length=100)
 
     @field_validator("webhook_url")
     @classmethod
@@ -112,7 +119,7 @@ def create_agent(account_id: str, payload: Any, now: datetime) -> Created:
     """A new agent with the given settings (defaults filled), its API key and, with a webhook,
     the webhook's signing secret (both shown only here)."""
     request = parse(NewAgent, payload)
-    agent_id = f"ag{secrets.token_hex(8)}"
+    agent_id = f"{AGENT_ID_PREFIX}{secrets.token_hex(8)}"
     agent = Agent(
         agent_id=agent_id,
         account_id=account_id,
@@ -146,8 +153,10 @@ def update_agent(account_id: str, agent_id: str, payload: Any) -> Created:
     """Change name, cap, idle window or webhook; the sweep applies new limits on its next run.
     The first webhook an agent gets comes with a new signing secret (shown only here)."""
     request = parse(AgentSettings, payload)
-    changes = request.model_dump(exclude_none=True)
+    changes = request.model_dump(exclude_none=True, exclude={"connections"})
     state = get_state(account_id, agent_id)
+    if request.connections is not None:
+        changes["connection_scope"] = _connection_scope(account_id, request.connections)
     secret = None
     if "webhook_url" in request.model_fields_set and request.webhook_url is None:
         changes.update(webhook_url=None, webhook_secret=None)
@@ -160,6 +169,42 @@ def update_agent(account_id: str, agent_id: str, payload: Any) -> Created:
         return Created(agent_store.update_settings(agent_id, changes), "", secret)
     except ConditionFailed as error:
         raise NotFound(f"no agent {agent_id}") from error
+
+
+def is_agent(actor: str) -> bool:
+    """True when `actor` (who published a version, who decided) is an agent, not a person."""
+    return actor.startswith(AGENT_ID_PREFIX)
+
+
+class AllowedHosts(BaseModel):
+    """`{allowed_hosts: [...]}`: keyless hosts (`host` or `host:port`) agent-authored tools may call."""
+
+    model_config = ConfigDict(extra="forbid")
+    allowed_hosts: list[Annotated[str, AfterValidator(hosts.checked_entry)]] = Field(max_length=MAX_ALLOWED_HOSTS)
+
+
+def allowed_hosts(account_id: str) -> tuple[str, ...]:
+    """The keyless hosts a person lets the account's agents author tools for (https only, or http
+    where the deployment allows private networks)."""
+    return account_store.get_allowed_hosts(account_id)
+
+
+def set_allowed_hosts(account_id: str, payload: Any) -> tuple[str, ...]:
+    """Replace the allow list; answer it as saved."""
+    request = parse(AllowedHosts, payload)
+    entries = list(dict.fromkeys(request.allowed_hosts))
+    account_store.set_allowed_hosts(account_id, entries)
+    return tuple(entries)
+
+
+def _connection_scope(account_id: str, scope: str | list[str]) -> list[str] | None:
+    """The stored scope: None for all connections, else the listed ids, each of this account."""
+    if scope == "all":
+        return None
+    for connection_id in scope:
+        if connection_store.get(account_id, connection_id) is None:
+            raise InvalidInput(f"connections: no connection {connection_id} in this account", field="connections")
+    return list(dict.fromkeys(scope))
 
 
 def _new_token(prefix: str, owner_id: str) -> str:

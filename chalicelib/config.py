@@ -29,6 +29,7 @@ class Settings:
     webhook_retry_base_seconds: float
     listen_hold_seconds: float
     console_secret: str
+    acquire_per_day: int
 
     @property
     def sweep_queue(self) -> str:
@@ -77,4 +78,6 @@ def settings() -> Settings:
         listen_hold_seconds=float(os.environ.get("WORKSET_LISTEN_HOLD_SECONDS", "25")),
         # signs console sessions; local stages have a fixed one, deployed stages must set it
         console_secret=os.environ.get("WORKSET_CONSOLE_SECRET", "local-console-secret" if stage in LOCAL_STAGES else ""),
+        # tools and versions one agent may publish with acquire per UTC day
+        acquire_per_day=int(os.environ.get("WORKSET_ACQUIRE_PER_DAY", "50")),
     )

@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from chalicelib import hosts as allowed_hosts
+from chalicelib.config import settings
 from chalicelib.errors import InvalidInput, NotFound, WorksetError
 from chalicelib.store import connections as connection_store
 from chalicelib.store import vault
 from chalicelib.store.records import Connection, Page
 from chalicelib.validation import parse
 
-FORBIDDEN_HEADERS = frozenset({"host", "content-length", "content-type", "transfer-encoding", "connection"})
-HOST_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$"
+FORBIDDEN_HEADERS = frozenset({"host", "content-length", "content-type", "transfer-encoding", "connection", "te",
+                               "upgrade", "expect", "keep-alive", "trailer"})
 
 
 class ConnectionRevoked(WorksetError):
@@ -43,19 +47,30 @@ class HeaderAuth(BaseModel):
     @field_validator("name")
     @classmethod
     def _not_reserved(cls, value: str) -> str:
-        if value.lower() in FORBIDDEN_HEADERS:
+        if value.lower() in FORBIDDEN_HEADERS or value.lower().startswith("proxy-"):
             raise ValueError(f"{value} is set by Workset and cannot carry a credential")
         return value
 
 
 class NewConnection(BaseModel):
-    """`{vendor, auth, hosts?}`: `hosts` limits where the credential may ever be sent."""
+    """`{vendor, auth, hosts?}`: `hosts` (`host` or `host:port`) limits where the credential may
+    ever be sent: that host and port, over https (http only where private networks are allowed)."""
 
     model_config = ConfigDict(extra="forbid")
     vendor: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,30}$")
     auth: Annotated[BearerAuth | HeaderAuth, Field(discriminator="type")]
-    hosts: list[Annotated[str, Field(pattern=HOST_PATTERN, max_length=253)]] = Field(default_factory=list,
-                                                                                      max_length=20)
+    hosts: list[Annotated[str, AfterValidator(allowed_hosts.checked_entry)]] = Field(default_factory=list,
+                                                                                     max_length=20)
+
+
+@dataclass(frozen=True)
+class Credential:
+    """What a run carries: the header and its value; `secrets` are what answers must never show
+    (the header value and the bare secret inside it)."""
+
+    header: str
+    value: str = field(repr=False)
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
 def create(account_id: str, payload: Any, now: datetime) -> Connection:
@@ -96,8 +111,9 @@ def revoke(account_id: str, connection_id: str, now: datetime) -> Connection:
 
 
 def check_usable(account_id: str, connection_id: str, vendor: str, url: str, *, field: str,
-                 require_hosts: bool = False) -> None:
-    """A tool may name a connection of its own account and vendor whose hosts admit its URL."""
+                 require_hosts: bool = False, headers: Iterable[str] = ()) -> None:
+    """A tool may name a connection of its own account and vendor whose hosts admit its URL, and
+    may not set the header the connection injects."""
     connection = connection_store.get(account_id, connection_id)
     if connection is None:
         raise InvalidInput(f"{field}: no connection {connection_id} in this account", field=field)
@@ -108,12 +124,15 @@ def check_usable(account_id: str, connection_id: str, vendor: str, url: str, *, 
     if require_hosts and not connection.hosts:
         raise InvalidInput(f"{field}: connection {connection_id} is not limited to hosts, so only an admin "
                            "may attach it to a tool", field=field)
-    if connection.hosts and (urlsplit(url).hostname or "") not in connection.hosts:
-        raise InvalidInput(f"{field}: connection {connection_id} may only be sent to {', '.join(connection.hosts)}",
-                           field=field)
+    if not _admits(connection, url):
+        raise InvalidInput(f"{field}: connection {connection_id} may only be sent to "
+                           f"{allowed_hosts.describe(connection.hosts, allow_http=_allow_http())}", field=field)
+    if connection.header_name.lower() in {header.lower() for header in headers}:
+        raise InvalidInput(f"request.headers: {connection.header_name} is the header connection {connection_id} "
+                           "injects; a tool may not set it", field="request.headers")
 
 
-def credential(account_id: str, connection_id: str, url: str) -> tuple[str, str]:
+def credential(account_id: str, connection_id: str, url: str) -> Credential:
     """The header that carries a connection's secret into a request to `url`.
 
     Raises ConnectionRevoked for a revoked (or vanished) connection, and refuses a host the
@@ -122,11 +141,19 @@ def credential(account_id: str, connection_id: str, url: str) -> tuple[str, str]
     connection = connection_store.get(account_id, connection_id)
     if connection is None or connection.status != connection_store.ACTIVE:
         raise ConnectionRevoked(f"connection {connection_id} was revoked; the tool cannot run with it")
-    host = urlsplit(url).hostname or ""
-    if connection.hosts and host not in connection.hosts:
-        raise InvalidInput(f"connection {connection_id} may not be sent to {host}")
+    if not _admits(connection, url):
+        raise InvalidInput(f"connection {connection_id} may not be sent to {urlsplit(url).netloc}")
     secret = vault.decrypt(connection.ciphertext, account_id=account_id, connection_id=connection_id)
     value = f"Bearer {secret}" if connection.auth_type == "bearer" else secret
-    if re.search(r"[\r\n]", value):
+    if not re.fullmatch(r"[\x20-\x7e]+", value):
         raise InvalidInput(f"connection {connection_id} holds a value that cannot be sent as a header")
-    return connection.header_name, value
+    return Credential(connection.header_name, value, secrets=tuple(dict.fromkeys((value, secret))))
+
+
+def _admits(connection: Connection, url: str) -> bool:
+    """A connection without hosts (only an admin may attach one) goes wherever its tools go."""
+    return not connection.hosts or allowed_hosts.admits(connection.hosts, url, allow_http=_allow_http())
+
+
+def _allow_http() -> bool:
+    return settings().allow_private_network

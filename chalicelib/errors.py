@@ -88,3 +88,44 @@ class ForbiddenDestination(WorksetError):
 
     code = "forbidden_destination"
     status = 400
+
+
+class Forbidden(WorksetError):
+    """The caller may not do this (the refusal names who may)."""
+
+    code = "forbidden"
+    status = 403
+
+
+class ConnectionNotInScope(Forbidden):
+    """The agent's connection scope does not include the tool's connection."""
+
+    code = "connection_not_in_scope"
+
+
+class HostNotAllowed(Forbidden):
+    """An agent-authored tool targets a host no person allowed (a connection's hosts, or the
+    account's keyless allow list)."""
+
+    code = "host_not_allowed"
+
+
+class ToolDenied(Forbidden):
+    """A person denied this agent's calls of this tool (as it requests now); the denial stands
+    until a person withdraws it."""
+
+    code = "tool_denied"
+
+
+class QuotaExceeded(WorksetError):
+    """The agent used up a quota (for example its daily acquire allowance)."""
+
+    code = "quota_exceeded"
+    status = 429
+
+
+class InternalError(WorksetError):
+    """Something failed inside Workset; the request and run ids are logged with the cause."""
+
+    code = "internal_error"
+    status = 500

@@ -1,17 +1,69 @@
-"""The JSON response every edge sends."""
+"""What every edge answers with: JSON bodies that always encode, and the guard that turns an
+unexpected exception into the edge's own 500 (logged with the request id) instead of Chalice's
+generic one."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
-from chalice import Response
+from chalice import Blueprint, Response
+
+from chalicelib import jsontext, log
+from chalicelib.errors import InternalError
+
+CrashAnswer = Callable[[str], Response]  # request id -> the edge's 500
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
-    """A JSON body with its status and extra headers."""
+    """A JSON body with its status and extra headers (valid UTF-8 whatever `body` holds)."""
     return Response(
-        body=json.dumps(body, ensure_ascii=False),
+        body=jsontext.dumps(body),
         status_code=status,
         headers={"Content-Type": "application/json", **(headers or {})},
     )
+
+
+class GuardedBlueprint(Blueprint):
+    """A blueprint every route of which stands behind one guard: whatever escapes a view (a
+    crash in our own code) is logged with the request id and answered by `on_crash`. The guard
+    sits in `route` itself, so no view registered on the blueprint can go without it."""
+
+    def __init__(self, import_name: str, *, edge: str, on_crash: CrashAnswer) -> None:
+        super().__init__(import_name)
+        self._edge = edge
+        self._on_crash = on_crash
+
+    def route(self, path: str, **kwargs: Any) -> Callable[..., Any]:
+        """Chalice's `route`, with the view wrapped in the guard."""
+        register = super().route(path, **kwargs)
+
+        def guard(view: Callable[..., Any]) -> Any:
+            @wraps(view)
+            def guarded(**params: str) -> Any:
+                try:
+                    return view(**params)
+                except Exception as error:
+                    return self._crashed(error, path)
+
+            return register(guarded)
+
+        return guard
+
+    def _crashed(self, error: Exception, route: str) -> Response:
+        request = self.current_request
+        request_id = log.request_id(request.context)
+        log.failure(f"{self._edge}.internal_error", error, request_id=request_id, method=request.method, route=route)
+        try:
+            return self._on_crash(request_id)
+        except Exception as again:  # the edge's own error page failed: still answer, still log
+            log.failure(f"{self._edge}.internal_error", again, request_id=request_id, stage="crash answer")
+            return json_response(500, internal_error(request_id))
+
+
+def internal_error(request_id: str) -> dict[str, Any]:
+    """The `/v1` body of a 500 (also the last resort of every edge)."""
+    error = InternalError(f"an unexpected error occurred on the server; quote request id {request_id} "
+                          "when reporting it")
+    return {"error": {**error.to_dict(), "request_id": request_id}}

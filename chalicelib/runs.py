@@ -3,27 +3,45 @@ lease while in flight, execute once, keep the result for `get_run`.
 
 A run's life, and what holds its agent in flight (no demotion while a lease is unexpired):
 
-    call ──(write, never approved)──> awaiting_approval ──approve──> running ──> succeeded | failed
+    call ──(write, not approved for its request shape)──> awaiting_approval ──approve──> running ──> succeeded | failed
       │                                   │  lease: approval TTL       lease: vendor timeout + margin
       │                                   ├──deny──> denied
       │                                   └──lease runs out──> expired
-      └──(read, dry run, or approved)──> running ──> succeeded | failed
+      ├──(read, dry run, or approved)──> running ──> succeeded | failed
+      └──(denied for its request shape)──> tool_denied at once, no run
+
+A person's decision stands for the agent, the tool and its request shape (`toolbox.request_shape`):
+an approval lets later calls run at once, a denial refuses them at once, until a version changes
+the shape (then a person is asked again) or a person withdraws the decision. The vendor call's
+deadline always ends before the run's lease, so a live run is never taken for an abandoned one.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from chalicelib import connections, notify, toolbox, vendor
+from chalicelib import accounts, connections, log, notify, toolbox, vendor
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
-from chalicelib.errors import Conflict, InvalidInput, NotFound, WorksetError
+from chalicelib.errors import (
+    Conflict,
+    ConnectionNotInScope,
+    InternalError,
+    InvalidInput,
+    NotFound,
+    ToolDenied,
+    ToolNotFound,
+    VendorTimeout,
+    WorksetError,
+)
+from chalicelib.store import agents as agent_store
 from chalicelib.store import runs as run_store
-from chalicelib.store.records import AgentState, Page, Run
+from chalicelib.store.records import DENY, AgentState, Approval, Page, Run
 from chalicelib.toolbox import Tool
 from chalicelib.validation import check_instance
 from chalicelib.workingset import idle_deadline
@@ -33,6 +51,7 @@ AWAITING = run_store.AWAITING
 RUNNING = run_store.RUNNING
 FINISHED = frozenset({"succeeded", "failed", "denied", "expired"})
 MAX_STORED_RESULT = 300_000  # DynamoDB items hold 400 KB; a bigger answer is kept clipped
+LEASE_SAFETY_SECONDS = 2.0  # the vendor's deadline ends at least this long before the run's lease
 
 
 class RunNotFound(NotFound):
@@ -49,44 +68,89 @@ def call(state: AgentState, vendor_name: str, name: str, arguments: Any, *, dry_
     tool = toolbox.resolve(state.agent.account_id, vendor_name, name)
     arguments, dry_run = _split_dry_run(tool, arguments, dry_run)
     try:
-        check_instance(tool.spec.input_schema, arguments)
+        _check_call(state, tool, arguments)
     except WorksetError as error:
         return vendor.failure(error)
+    decision = state.decision(vendor_name, name)
+    shape = toolbox.request_shape(tool.spec)
+    decided = decision is not None and decision.shape == shape
+    previews = dry_run and tool.spec.writes
+    if decided and decision is not None and decision.decision == DENY and not previews:
+        return vendor.failure(ToolDenied(
+            f"a person denied this agent's calls of {vendor_name}/{name}; the denial stands until a person "
+            "withdraws it in the console"))
     # a call is a use of a promoted tool: its idle deadline moves to a window from now
     use_due_at = idle_deadline(state, now) if state.promotion(vendor_name, name) is not None else None
-    if tool.spec.writes and not dry_run and not state.is_approved(vendor_name, name):
+    if tool.spec.writes and not dry_run and not decided:
         lease = now + timedelta(seconds=settings().approval_ttl_seconds)
         run = _new_run(state, tool, arguments, AWAITING, lease, now, dry_run=False)
         run_store.start(run, use_due_at=use_due_at)
         return waiting(run)
     run = _new_run(state, tool, arguments, RUNNING, now + _running_lease(), now, dry_run=dry_run)
     run_store.start(run, use_due_at=use_due_at)
-    return _execute(run, tool)
+    return _execute(run, lambda: tool)
 
 
 def approve(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
-    """Approve a waiting run: remember the approval for its agent and tool, then execute it
-    exactly once (a second approval, concurrent or late, is a conflict)."""
+    """Approve a waiting run: remember the approval for its agent, tool and request shape, then
+    execute it exactly once (a second approval, concurrent or late, is a conflict)."""
     run = _account_run(account_id, run_id, now)
     _must_wait(run)
-    if not run_store.approve(run, approver, now + _running_lease(), now):
-        raise Conflict(f"run {run_id} was decided already")
     tool = toolbox.resolve_version(account_id, run.vendor, run.name, run.version)
-    _execute(run, tool)
+    shape = toolbox.request_shape(tool.spec)
+    if not run_store.approve(run, approver, now + _running_lease(), now, shape=shape):
+        raise Conflict(f"run {run_id} was decided already")
+    _execute(replace(run, lease_expires_at=now + _running_lease()), lambda: tool)
     finished = _account_run(account_id, run_id, utcnow())
     notify.run_finished(finished)
     return finished
 
 
 def deny(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
-    """Deny a waiting run: it ends without reaching the vendor."""
+    """Deny a waiting run: it ends without reaching the vendor, and later calls of the tool (as it
+    requests now) by this agent are refused until a person withdraws the denial."""
     run = _account_run(account_id, run_id, now)
     _must_wait(run)
-    if not run_store.deny(run, approver, now):
+    shape = toolbox.request_shape(toolbox.resolve_version(account_id, run.vendor, run.name, run.version).spec)
+    if not run_store.deny(run, approver, now, shape=shape):
         raise Conflict(f"run {run_id} was decided already")
     denied = _account_run(account_id, run_id, now)
     notify.run_finished(denied)
     return denied
+
+
+@dataclass(frozen=True)
+class ShapeChange:
+    """What a pending run asks for against the agent's earlier decision on the same tool."""
+
+    decision: Approval
+    changes: dict[str, dict[str, Any]]
+
+
+def change_since_decision(account_id: str, run: Run) -> ShapeChange | None:
+    """For a run waiting on a person: the agent's earlier decision on the tool and how the run's
+    request shape differs from it (None when no decision was made)."""
+    state = agent_store.load_state(run.agent_id)
+    decision = state.decision(run.vendor, run.name) if state is not None else None
+    if decision is None:
+        return None
+    try:
+        tool = toolbox.resolve_version(account_id, run.vendor, run.name, run.version)
+    except ToolNotFound:
+        return None
+    return ShapeChange(decision, toolbox.shape_changes(decision.shape, toolbox.request_shape(tool.spec)))
+
+
+def decisions(account_id: str, agent_id: str) -> tuple[Approval, ...]:
+    """The agent's standing approvals and denials."""
+    return accounts.get_state(account_id, agent_id).approvals
+
+
+def withdraw_decision(account_id: str, agent_id: str, vendor_name: str, name: str) -> None:
+    """Withdraw a standing approval or denial: the agent's next call of the tool asks a person."""
+    accounts.get_state(account_id, agent_id)
+    if not agent_store.remove_decision(agent_id, vendor_name, name):
+        raise NotFound(f"no standing decision on {vendor_name}/{name} for agent {agent_id}")
 
 
 def get_for_agent(state: AgentState, run_id: str, now: datetime) -> Run:
@@ -127,21 +191,47 @@ def approval_url(run_id: str) -> str:
     return f"{settings().public_url}/console/approvals/{run_id}"
 
 
-def _execute(run: Run, tool: Tool) -> Outcome:
-    """Send (or preview) the run's request and record how it ended; never raises."""
+def _execute(run: Run, load: Callable[[], Tool]) -> Outcome:
+    """Send (or preview) the run's request and record how it ended; never raises: whatever goes
+    wrong, the run ends and its lease is released."""
     try:
-        credential = None
-        if tool.spec.connection:
-            credential = connections.credential(run.account_id, tool.spec.connection, tool.spec.request.url)
-        outcome = vendor.perform(vendor.build(tool, run.input, credential), dry_run=run.dry_run)
+        outcome = _perform(run, load())
     except WorksetError as error:
         outcome = vendor.failure(error)
+    except Exception as error:  # noqa: BLE001 - a crash in our own code must still end the run
+        log.failure("run_crashed", error, run_id=run.run_id, agent_id=run.agent_id, account_id=run.account_id)
+        outcome = vendor.failure(InternalError(f"Workset failed while running {run.run_id}; it is logged"))
     stored = _storable(outcome.structured)
     if outcome.is_error:
         run_store.finish(run, "failed", utcnow(), error=stored)
     else:
         run_store.finish(run, "succeeded", utcnow(), result=stored)
     return Outcome(outcome.structured, outcome.is_error, outcome.status, run_id=run.run_id)
+
+
+def _perform(run: Run, tool: Tool) -> Outcome:
+    toolbox.check_reach(run.account_id, tool)
+    credential = None
+    if tool.spec.connection:
+        credential = connections.credential(run.account_id, tool.spec.connection, tool.spec.request.url)
+    # the vendor's deadline ends before the lease does, so the run is never taken for abandoned
+    budget = (run.lease_expires_at - utcnow()).total_seconds() - LEASE_SAFETY_SECONDS
+    timeout = min(settings().vendor_timeout_seconds, budget)
+    if timeout <= 0:
+        raise VendorTimeout("the run's time ran out before the vendor was called")
+    request = vendor.build(tool, run.input, credential)
+    return vendor.perform(request, dry_run=run.dry_run, read_only=not tool.spec.writes, timeout=timeout)
+
+
+def _check_call(state: AgentState, tool: Tool, arguments: dict[str, Any]) -> None:
+    """What refuses a call before it becomes a run: bad input, a connection outside the agent's
+    scope, an agent-authored tool whose host no person allows (any longer)."""
+    check_instance(tool.spec.input_schema, arguments)
+    vendor.check_arguments(tool, arguments)
+    if tool.spec.connection and not state.may_use(tool.spec.connection):
+        raise ConnectionNotInScope(f"{tool.spec.vendor}/{tool.spec.name} uses connection {tool.spec.connection}, "
+                                   "which is not in this agent's connection scope")
+    toolbox.check_reach(state.agent.account_id, tool)
 
 
 def _new_run(state: AgentState, tool: Tool, arguments: dict[str, Any], status: str, lease: datetime,
@@ -155,7 +245,8 @@ def _new_run(state: AgentState, tool: Tool, arguments: dict[str, Any], status: s
 
 def _running_lease() -> timedelta:
     config = settings()
-    return timedelta(seconds=config.vendor_timeout_seconds + config.lease_margin_seconds)
+    margin = max(config.lease_margin_seconds, LEASE_SAFETY_SECONDS * 2)
+    return timedelta(seconds=config.vendor_timeout_seconds + margin)
 
 
 def _split_dry_run(tool: Tool, arguments: Any, dry_run: bool) -> tuple[dict[str, Any], bool]:

@@ -3,26 +3,40 @@
 from __future__ import annotations
 
 import re
-import string
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from chalicelib import connections
-from chalicelib.errors import InvalidInput, ToolNotFound
+from chalicelib import accounts, connections, hosts
+from chalicelib.config import settings
+from chalicelib.errors import (
+    Conflict,
+    ConnectionNotInScope,
+    Forbidden,
+    HostNotAllowed,
+    QuotaExceeded,
+    ToolNotFound,
+)
+from chalicelib.store import agents as agent_store
 from chalicelib.search import VECTOR_VERSION, Document, SearchIndex, document_vector
 from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed
-from chalicelib.store.records import Page, ToolVersion
+from chalicelib.store.records import AgentState, Page, ToolVersion
 from chalicelib.validation import parse
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,30}$"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 PUBLISH_ATTEMPTS = 3
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]{0,63})\}")
+STRAY_BRACE = re.compile(r"[{}]")
+URL_SAFE = "/:@!$&'()*+,;=-._~%{}?"  # characters a URL's path and query keep as they are
+# hop-by-hop and framing headers: the HTTP client sets them, a template may not
+RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "te", "upgrade",
+                              "expect", "keep-alive", "trailer"})
 
 
 class Annotations(BaseModel):
@@ -37,12 +51,13 @@ class Annotations(BaseModel):
 
 
 class RequestTemplate(BaseModel):
-    """How a call becomes an HTTP request: `{field}` in the URL is filled from the input."""
+    """How a call becomes an HTTP request: `{field}` in the URL's path or query is filled from the
+    input. Whatever publishes must run, so everything a call would trip on is refused here."""
 
     model_config = ConfigDict(extra="forbid")
     method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
     url: str = Field(max_length=2000)
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict, max_length=50)
 
     @field_validator("method", mode="before")
     @classmethod
@@ -51,27 +66,81 @@ class RequestTemplate(BaseModel):
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise ValueError("must be an absolute http or https URL")
-        if "{" in (parts.netloc or ""):
-            raise ValueError("placeholders may not appear in the host")
-        return value
+    def _http_url(cls, value: str, info: ValidationInfo) -> str:
+        if _stored(info):
+            return value
+        return _checked_url(value)
 
     @field_validator("headers")
     @classmethod
-    def _plain_headers(cls, value: dict[str, str]) -> dict[str, str]:
+    def _plain_headers(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if _stored(info):
+            return value
+        seen: set[str] = set()
         for name, text in value.items():
-            if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", name) or "\n" in text or "\r" in text:
-                raise ValueError(f"header {name!r} is not a valid HTTP header")
-            if name.lower() == "authorization":
+            lowered = name.lower()
+            if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", name):
+                raise ValueError(f"header {name!r} is not a valid HTTP header name")
+            if lowered in seen:
+                raise ValueError(f"header {name!r} is given twice")
+            seen.add(lowered)
+            if lowered == "authorization":
                 raise ValueError("credentials belong in a connection, not in the tool's headers")
+            if lowered in RESERVED_HEADERS or lowered.startswith("proxy-"):
+                raise ValueError(f"header {name!r} is set by Workset's HTTP client and cannot be templated")
+            if not re.fullmatch(r"[\x20-\x7e]{0,1000}", text):
+                raise ValueError(f"header {name!r}: a value is printable ASCII, at most 1000 characters")
         return value
 
     def placeholders(self) -> list[str]:
         """The input fields the URL names, in order."""
-        return [field for _, field, _, _ in string.Formatter().parse(self.url) if field]
+        return PLACEHOLDER.findall(self.url)
+
+    def path_placeholders(self) -> list[str]:
+        """The input fields named in the URL's path (a value there may not be a dot segment)."""
+        return PLACEHOLDER.findall(self.url.split("?", 1)[0])
+
+    def fill(self, values: dict[str, str]) -> str:
+        """The URL with each `{field}` replaced by its (already encoded) value."""
+        return PLACEHOLDER.sub(lambda match: values[match.group(1)], self.url)
+
+
+def _stored(info: ValidationInfo) -> bool:
+    """A stored definition was checked when it was published (and may predate newer checks)."""
+    return bool((info.context or {}).get("stored"))
+
+
+def _checked_url(value: str) -> str:
+    """An absolute http(s) URL that `http.client` can send: no spaces or control characters, no
+    credentials or fragment, a valid port, placeholders only as `{field}` in the path or query;
+    a non-ASCII host becomes its IDNA form and non-ASCII path or query text is percent-encoded."""
+    if any(ord(char) <= 0x20 or ord(char) == 0x7F for char in value):
+        raise ValueError("must not contain spaces or control characters (percent-encode them)")
+    parts = urlsplit(value)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ValueError("must be an absolute http or https URL")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("must not carry credentials (put them in a connection)")
+    if parts.fragment or "#" in value:
+        raise ValueError("must not have a fragment")
+    if "{" in parts.netloc or "}" in parts.netloc:
+        raise ValueError("placeholders may not appear in the host or port")
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        raise ValueError("has a port that is not a number from 1 to 65535") from None
+    if parts.port == 0:
+        raise ValueError("has a port that is not a number from 1 to 65535")
+    if STRAY_BRACE.search(PLACEHOLDER.sub("", value)):
+        raise ValueError("placeholders are {field}, a plain name of an input property (letters, digits, _ and -)")
+    try:
+        host = parts.hostname.encode("idna").decode("ascii") if not parts.hostname.isascii() else parts.hostname
+    except UnicodeError:
+        raise ValueError("has a host name that cannot be encoded for DNS") from None
+    netloc = host if ":" not in host else f"[{host}]"
+    netloc += f":{parts.port}" if parts.port else ""
+    path, query = (quote(piece, safe=URL_SAFE) for piece in (parts.path, parts.query))
+    return urlunsplit((parts.scheme, netloc, path, query, ""))
 
 
 class ToolSpec(BaseModel):
@@ -105,9 +174,12 @@ class ToolSpec(BaseModel):
         if self.annotations.readOnlyHint and self.request.method not in SAFE_METHODS:
             raise ValueError(f"annotations.readOnlyHint: a {self.request.method} tool cannot be read-only")
         properties = self.input_schema.get("properties", {})
+        required = self.input_schema.get("required", [])
         for field in self.request.placeholders():
             if field not in properties:
                 raise ValueError(f"request.url: placeholder {{{field}}} is not a property of input_schema")
+            if field not in required:
+                raise ValueError(f"request.url: placeholder {{{field}}} must be a required property of input_schema")
         return self
 
     @property
@@ -134,21 +206,72 @@ def parse_spec(payload: Any) -> ToolSpec:
     return parse(ToolSpec, payload)
 
 
-def publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, *,
-            agent_authored: bool = False) -> Tool:
-    """Publish `spec` as a new tool or the next version of an existing one.
-
-    A named connection must belong to the account and vendor and admit the URL's host; a tool
-    an agent authors may only name a connection that is limited to hosts (so an agent cannot
-    send a credential to a host of its choosing).
-    """
+def publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime) -> Tool:
+    """Publish `spec` as a new tool or the next version of an existing one (an admin may publish
+    a version of any tool). A named connection must belong to the account and vendor and admit
+    the URL's host."""
     if spec.connection:
         connections.check_usable(account_id, spec.connection, spec.vendor, spec.request.url, field="connection",
-                                 require_hosts=agent_authored)
+                                 headers=spec.request.headers)
+    return _publish(account_id, spec, published_by, now)
+
+
+def acquire(state: AgentState, spec: ToolSpec, now: datetime) -> Tool:
+    """An agent publishes a tool: a new one, or a new version of one it authored itself; only
+    through a connection in its scope that is limited to hosts, or else to a keyless host the
+    account allows (so an agent can neither send a credential nor reach a host no person
+    allowed); within its daily quota."""
+    agent_id, account_id = state.agent.agent_id, state.agent.account_id
+    _check_owner(tool_store.get_head(account_id, spec.vendor, spec.name), agent_id)
+    if spec.connection:
+        if not state.may_use(spec.connection):
+            raise ConnectionNotInScope(f"connection {spec.connection} is not in this agent's scope", field="connection")
+        connections.check_usable(account_id, spec.connection, spec.vendor, spec.request.url, field="connection",
+                                 require_hosts=True, headers=spec.request.headers)
+    else:
+        _check_keyless_host(account_id, spec.request.url)
+    if not agent_store.count_acquire(agent_id, now.date().isoformat(), settings().acquire_per_day):
+        raise QuotaExceeded(f"this agent has published {settings().acquire_per_day} tools or versions today, "
+                            "its daily quota; a person can publish through the console or the admin API")
+    return _publish(account_id, spec, agent_id, now, owner=agent_id)
+
+
+def check_reach(account_id: str, tool: Tool) -> None:
+    """A version an agent published may only call a host a person allows now (its connection's
+    hosts are checked when the credential is attached; a keyless host must be on the account's
+    allow list); admin-published tools are not limited."""
+    if accounts.is_agent(tool.version.published_by) and not tool.spec.connection:
+        _check_keyless_host(account_id, tool.spec.request.url)
+
+
+def request_shape(spec: ToolSpec) -> dict[str, Any]:
+    """What an approval covers: the method, where the request goes (scheme, host, port, path and
+    query template), the headers it sets and the connection whose credential it carries. A version
+    that changes only the description, schemas or annotations keeps the shape."""
+    parts = urlsplit(spec.request.url)
+    return {
+        "method": spec.request.method, "scheme": parts.scheme, "host": parts.hostname,
+        "port": parts.port or hosts.DEFAULT_PORTS[parts.scheme], "path": parts.path, "query": parts.query,
+        "headers": {name.lower(): value for name, value in sorted(spec.request.headers.items())},
+        "connection": spec.connection,
+    }
+
+
+def shape_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Field -> {from, to} for each part of the request shape that differs (every part when the
+    earlier decision predates request shapes)."""
+    before = before or {}
+    return {field: {"from": before.get(field), "to": value} for field, value in after.items()
+            if before.get(field) != value}
+
+
+def _publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, *, owner: str | None = None) -> Tool:
     definition = spec.model_dump(mode="json", exclude_none=True)
     vector = document_vector(spec.vendor, spec.name, spec.description)  # once per version, not per search
     for _ in range(PUBLISH_ATTEMPTS):
         head = tool_store.get_head(account_id, spec.vendor, spec.name)
+        if owner is not None:
+            _check_owner(head, owner)  # again: the head may have moved since the first look
         previous = head.version if head else 0
         try:
             version = tool_store.put_version(
@@ -158,7 +281,24 @@ def publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, *
         except ConditionFailed:
             continue  # another publish of this tool won; publish on top of it
         return Tool(version, spec)
-    raise InvalidInput(f"{spec.vendor}/{spec.name} is being published concurrently; try again")
+    raise Conflict(f"{spec.vendor}/{spec.name} is being published concurrently; try again")
+
+
+def _check_owner(head: ToolVersion | None, agent_id: str) -> None:
+    if head is not None and head.published_by != agent_id:
+        owner = f"agent {head.published_by}" if accounts.is_agent(head.published_by) else "a person (admin)"
+        raise Forbidden(f"{head.vendor}/{head.name} was published by {owner}; an agent may publish new "
+                        "versions only of tools it authored (choose another name)", field="name")
+
+
+def _check_keyless_host(account_id: str, url: str) -> None:
+    allowed = accounts.allowed_hosts(account_id)
+    allow_http = settings().allow_private_network
+    if not hosts.admits(allowed, url, allow_http=allow_http):
+        raise HostNotAllowed(
+            f"request.url: agents may author tools only for hosts a person allowed: a connection's hosts, or the "
+            f"account's keyless hosts ({hosts.describe(allowed, allow_http=allow_http)}); ask a person to add "
+            f"{urlsplit(url).netloc} in the console's Account page", field="request.url")
 
 
 def resolve(account_id: str, vendor: str, name: str) -> Tool:

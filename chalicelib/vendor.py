@@ -6,17 +6,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus, unquote, urlencode, urlsplit, urlunsplit
 
-from chalicelib import outbound
+from chalicelib import jsontext, outbound
 from chalicelib.config import settings
-from chalicelib.errors import VendorError, WorksetError
+from chalicelib.connections import Credential
+from chalicelib.errors import InvalidInput, VendorError, WorksetError
 from chalicelib.outbound import HttpRequest
-from chalicelib.toolbox import SAFE_METHODS, Tool
+from chalicelib.toolbox import Tool
 
 QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 ERROR_BODY_PREVIEW = 2000
 REDACTED = "[redacted]"
+DOT_SEGMENTS = frozenset({".", ".."})
 
 
 @dataclass(frozen=True)
@@ -33,63 +35,106 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Request:
-    """A request ready to preview or send; `secret_headers` are redacted in previews."""
+    """A request ready to preview or send; `secrets` are the credential's values, which no
+    preview or answer may show."""
 
     http: HttpRequest
-    secret_headers: frozenset[str] = field(default_factory=frozenset)
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
-def build(tool: Tool, arguments: dict[str, Any], credential: tuple[str, str] | None = None) -> Request:
+def check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
+    """Input the schema accepts but the request cannot carry: a path placeholder whose value is a
+    dot segment (`.`, `..`, however encoded) would move the request to another path."""
+    for name in tool.spec.request.path_placeholders():
+        text = _scalar(arguments[name])
+        decoded = text
+        for _ in range(3):  # %2e, %252e, ...
+            decoded = unquote(decoded)
+        if {text, decoded} & DOT_SEGMENTS:
+            raise InvalidInput(f"input.{name}: {text!r} is not allowed in the URL's path", field=f"input.{name}")
+
+
+def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None = None) -> Request:
     """Fill `{field}` placeholders in the URL (URL-encoded); the rest of the input goes to the
     query string for GET/HEAD/DELETE and to a JSON body otherwise."""
+    check_arguments(tool, arguments)
     template = tool.spec.request
     used = template.placeholders()
-    url = template.url.format_map({name: quote(_scalar(arguments[name]), safe="") for name in used})
+    url = template.fill({name: quote(_scalar(arguments[name]), safe="") for name in used})
     rest = {key: value for key, value in arguments.items() if key not in used}
     headers = dict(template.headers)
     body: bytes | None = None
     if template.method in QUERY_METHODS:
         url = _with_query(url, rest)
     else:
-        body = json.dumps(rest).encode()
+        body = jsontext.dumps(rest).encode()
         headers["Content-Type"] = "application/json"
     headers.setdefault("Accept", "application/json")
-    secret_headers: frozenset[str] = frozenset()
-    if credential is not None:
-        headers[credential[0]] = credential[1]
-        secret_headers = frozenset({credential[0].lower()})
-    return Request(HttpRequest(method=template.method, url=url, headers=headers, body=body), secret_headers)
+    if credential is None:
+        return Request(HttpRequest(method=template.method, url=url, headers=headers, body=body))
+    headers = {name: value for name, value in headers.items() if name.lower() != credential.header.lower()}
+    headers[credential.header] = credential.value
+    return Request(HttpRequest(method=template.method, url=url, headers=headers, body=body), credential.secrets)
 
 
 def preview(request: Request) -> Outcome:
-    """What would be sent, with the credential replaced by a marker."""
+    """What would be sent, with the credential's values replaced by a marker wherever they appear."""
     http = request.http
-    headers = {name: (REDACTED if name.lower() in request.secret_headers else value)
-               for name, value in http.headers.items()}
     body = json.loads(http.body) if http.body else None
-    return Outcome(structured={"preview": {"method": http.method, "url": http.url, "headers": headers, "body": body}})
+    shown = {"method": http.method, "url": http.url, "headers": dict(http.headers), "body": body}
+    return Outcome(structured={"preview": redact(shown, request.secrets)})
 
 
-def send(request: Request) -> Outcome:
-    """Send the request; every failure becomes an error Outcome."""
+def send(request: Request, *, timeout: float | None = None) -> Outcome:
+    """Send the request within `timeout` (the vendor timeout by default); every failure becomes an
+    error Outcome, and the credential never comes back in the answer."""
     config = settings()
     try:
         response = outbound.send(
             request.http,
-            timeout=config.vendor_timeout_seconds,
+            timeout=config.vendor_timeout_seconds if timeout is None else timeout,
             max_bytes=config.vendor_max_response_bytes,
             allow_private=config.allow_private_network,
         )
     except WorksetError as error:
         return failure(error)
-    return _answer(response)
+    return _answer(response, request.secrets)
 
 
-def perform(request: Request, *, dry_run: bool) -> Outcome:
-    """A dry run of a method that could write is previewed; everything else is sent."""
-    if dry_run and request.http.method not in SAFE_METHODS:
+def perform(request: Request, *, dry_run: bool, read_only: bool, timeout: float | None = None) -> Outcome:
+    """A dry run reaches the vendor only for a tool published read-only; any other tool, whatever
+    its method, answers the preview. Everything else is sent."""
+    if dry_run and not read_only:
         return preview(request)
-    return send(request)
+    return send(request, timeout=timeout)
+
+
+def redact(value: Any, secrets: tuple[str, ...]) -> Any:
+    """`value` with every occurrence of each secret (in any string or key, raw or URL-encoded)
+    replaced by a marker."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    if isinstance(value, dict):
+        return {redact_text(str(key), secrets): redact(item, secrets) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact(item, secrets) for item in value]
+    return value
+
+
+def redact_text(text: str, secrets: tuple[str, ...], *, cut: bool = False) -> str:
+    """`text` with the secrets replaced; with `cut`, the text was cut short, so a tail that is the
+    start of a secret is dropped too (a half secret is still a secret)."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        for form in dict.fromkeys((secret, quote(secret, safe=""), quote_plus(secret))):
+            text = text.replace(form, REDACTED)
+    if cut:
+        for secret in secrets:
+            for length in range(min(len(secret), len(text)), 0, -1):
+                if text.endswith(secret[:length]):
+                    return text[:-length]
+    return text
 
 
 def failure(error: WorksetError) -> Outcome:
@@ -97,12 +142,15 @@ def failure(error: WorksetError) -> Outcome:
     return Outcome(structured={"error": error.to_dict()}, is_error=True, status="failed")
 
 
-def _answer(response: outbound.HttpResponse) -> Outcome:
-    payload = _decode(response.body, response.headers.get("content-type", ""))
+def _answer(response: outbound.HttpResponse, secrets: tuple[str, ...]) -> Outcome:
+    try:
+        payload = _decode(response, secrets)
+    except VendorError as error:
+        return failure(error)
     if not 200 <= response.status < 300:
         error = VendorError(f"the vendor answered HTTP {response.status}").to_dict()
         return Outcome(
-            structured={"error": {**error, "status": response.status, "body": _clip(payload)}},
+            structured={"error": {**error, "status": response.status, "body": _clip(payload, secrets)}},
             is_error=True,
             status="failed",
         )
@@ -112,22 +160,25 @@ def _answer(response: outbound.HttpResponse) -> Outcome:
     return Outcome(structured=structured)
 
 
-def _decode(body: bytes, content_type: str) -> Any:
-    text = body.decode("utf-8", errors="replace")
+def _decode(response: outbound.HttpResponse, secrets: tuple[str, ...]) -> Any:
+    """The answer as JSON where it is JSON, else as text; redacted. JSON that Workset could not
+    pass on faithfully (NaN, 1e999, lone surrogates, absurd nesting) is a vendor error."""
+    text = response.body.decode("utf-8", errors="replace")
     if not text:
         return None
-    if "json" in content_type or text[:1] in "{[":
+    if not response.truncated and ("json" in response.headers.get("content-type", "") or text[:1] in "{["):
         try:
-            return json.loads(text)
-        except ValueError:
-            pass
-    return text
+            return redact(jsontext.loads(text), secrets)
+        except jsontext.JsonRefused as refused:
+            if refused.kind != "syntax":  # not JSON after all: passed on as text
+                raise VendorError(f"the vendor answered JSON that cannot be passed on: {refused.reason}") from None
+    return redact_text(text, secrets, cut=response.truncated)
 
 
-def _clip(payload: Any) -> Any:
-    text = payload if isinstance(payload, str) else json.dumps(payload)
+def _clip(payload: Any, secrets: tuple[str, ...]) -> Any:
+    text = payload if isinstance(payload, str) else jsontext.dumps(payload)
     if isinstance(payload, str) or len(text) > ERROR_BODY_PREVIEW:
-        return text[:ERROR_BODY_PREVIEW]
+        return redact_text(text[:ERROR_BODY_PREVIEW], secrets, cut=len(text) > ERROR_BODY_PREVIEW)
     return payload
 
 

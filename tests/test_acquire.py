@@ -9,6 +9,13 @@ import pytest
 from tests.conftest import Admin, Mcp, Vendor, tool_spec
 
 
+@pytest.fixture(autouse=True)
+def vendor_allowed(admin: Admin, vendor: Vendor) -> None:
+    """A person allowed agents to author keyless tools for the local vendor."""
+    response = admin.call("PUT", "/v1/account/allowed-hosts", {"allowed_hosts": [vendor.url.removeprefix("http://")]})
+    assert response.status_code == 200, response.body
+
+
 def _definition(vendor: Vendor, **overrides: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "vendor": "weather", "name": "forecast", "description": "Get the weather forecast for a city.",

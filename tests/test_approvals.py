@@ -59,24 +59,24 @@ def test_approve_executes_once_and_get_run_returns_the_vendors_answer(admin: Adm
     assert admin.call("GET", "/v1/approvals").json_body["items"] == []
 
 
-def test_after_approval_later_calls_run_at_once_even_after_demote_promote_and_a_new_version(
+def test_after_approval_later_calls_run_at_once_even_after_demote_promote_and_a_new_description(
     admin: Admin, mcp: Mcp, vendor: Vendor, write_tool: dict
 ) -> None:
     # GIVEN an approved write tool in the working set
     mcp.call("promote", ORDER)
     run_id = mcp.call("unleashed__create-order", {"customer": "a"})["structuredContent"]["run_id"]
     admin.call("POST", f"/v1/approvals/{run_id}/approve")
-    # WHEN it is demoted, promoted again and republished as version 2
+    # WHEN it is demoted, promoted again and republished as version 2 with the same request
     mcp.call("demote", ORDER)
     mcp.call("promote", ORDER)
     admin.publish(name="create-order", description="Create a sales order (v2).",
-                  annotations={"destructiveHint": False},
-                  input_schema={"type": "object", "properties": {"customer": {"type": "string"}}},
-                  request={"method": "POST", "url": f"{vendor.url}/v2/orders"})
-    result = mcp.call("unleashed__create-order", {"customer": "b"})
+                  annotations={"destructiveHint": False, "idempotentHint": False},
+                  input_schema={"type": "object", "properties": {"customer": {"type": "string"}, "note": {}}},
+                  request={"method": "POST", "url": f"{vendor.url}/orders"})
+    result = mcp.call("unleashed__create-order", {"customer": "b", "note": "v2"})
     # THEN it runs at once against the newest version
     assert result["structuredContent"] == {"orders": [{"id": 1}]}
-    assert [r["path"] for r in vendor.received] == ["/orders", "/v2/orders"]
+    assert [r["body"] for r in vendor.received] == [b'{"customer": "a"}', b'{"customer": "b", "note": "v2"}']
 
 
 def test_deny_ends_the_run_and_the_vendor_sees_nothing(admin: Admin, mcp: Mcp, vendor: Vendor,
@@ -87,7 +87,10 @@ def test_deny_ends_the_run_and_the_vendor_sees_nothing(admin: Admin, mcp: Mcp, v
     assert mcp.call("get_run", {"run_id": run_id})["structuredContent"]["status"] == "denied"
     assert admin.call("POST", f"/v1/approvals/{run_id}/approve").status_code == 409
     assert vendor.received == []
-    assert _call(mcp)["structuredContent"]["status"] == "awaiting_approval"
+    # and the "no" stands: a later call is refused at once, without asking again
+    later = _call(mcp)
+    assert later["isError"] is True and later["structuredContent"]["error"]["code"] == "tool_denied"
+    assert vendor.received == []
 
 
 def test_a_wait_nobody_decides_expires(admin: Admin, mcp: Mcp, vendor: Vendor, write_tool: dict,

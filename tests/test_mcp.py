@@ -102,9 +102,11 @@ def test_unknown_tool_is_tool_not_found(any_mcp: Mcp, meta: str) -> None:
     assert result["structuredContent"]["error"]["code"] == "tool_not_found"
 
 
-def test_first_class_call_of_an_unknown_tool_is_tool_not_found(any_mcp: Mcp) -> None:
-    result = any_mcp.call("nobody__nothing", {})
-    assert result["structuredContent"]["error"]["code"] == "tool_not_found"
+def test_first_class_call_of_an_unknown_tool_is_an_unknown_tool_error(any_mcp: Mcp) -> None:
+    # MCP's rule for a name that is not in the list: a JSON-RPC error, -32602
+    response = any_mcp.post("tools/call", {"name": "nobody__nothing", "arguments": {}})
+    assert response.json_body["error"]["code"] == -32602
+    assert "run_tool" in response.json_body["error"]["message"]
 
 
 def test_find_tool_ranks_hits_with_promoted_flag_and_hints(admin: Admin, mcp: Mcp) -> None:
@@ -120,7 +122,7 @@ def test_find_tool_ranks_hits_with_promoted_flag_and_hints(admin: Admin, mcp: Mc
     # THEN each hit says whether it is promoted and what it may do
     assert hits[0] == {"vendor": "unleashed", "name": "list-sales-orders", "promoted": True,
                        "readOnlyHint": True, "destructiveHint": False,
-                       "description": "List sales orders in Unleashed, filtered by customer."}
+                       "description": "List sales orders in Unleashed, filtered by customer.", "available": True}
     assert notion[0]["name"] == "create-page"
     assert (notion[0]["promoted"], notion[0]["readOnlyHint"]) == (False, False)
 

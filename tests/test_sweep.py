@@ -32,7 +32,8 @@ class World:
             (mcp or self.mcp).call("promote", {"vendor": "shop", "name": name})
 
     def use(self, name: str, mcp: Mcp | None = None) -> dict[str, Any]:
-        return (mcp or self.mcp).call(f"shop__{name}", {})
+        """A call of the tool (a use, when it is promoted); run_tool also reaches a demoted one."""
+        return (mcp or self.mcp).call("run_tool", {"vendor": "shop", "name": name, "input": {}})
 
     def sweep(self, at: datetime) -> dict[str, Any]:
         response = self.admin.call("POST", "/v1/sweep", {"now": iso(at)})

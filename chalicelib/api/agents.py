@@ -66,3 +66,14 @@ def history(account_id: str, agent_id: str) -> dict[str, Any]:
 def agent_runs(account_id: str, agent_id: str) -> dict[str, Any]:
     accounts.get_state(account_id, agent_id)
     return shapes.page(runs.list_for_agent(agent_id, limit=limit(), cursor=query("cursor")), shapes.run)
+
+
+@admin_route("/v1/agents/{agent_id}/approvals", "GET")
+def standing_decisions(account_id: str, agent_id: str) -> dict[str, Any]:
+    return {"items": [shapes.decision(d) for d in runs.decisions(account_id, agent_id)], "next": None}
+
+
+@admin_route("/v1/agents/{agent_id}/approvals/{vendor}/{name}", "DELETE")
+def withdraw_decision(account_id: str, agent_id: str, vendor: str, name: str) -> dict[str, Any]:
+    runs.withdraw_decision(account_id, agent_id, vendor, name)
+    return {"withdrawn": True}

@@ -1,24 +1,29 @@
 """What every admin route shares: the blueprint, admin authentication, error mapping, and
-reading bodies, cursors and page sizes."""
+reading bodies, parameters, cursors and page sizes.
+
+Every text the caller chooses is judged before a view sees it: the body by `jsontext.loads`,
+path and query parameters by `jsontext.text_fault`. A crash answers 500 `internal_error` with
+the request id its log line carries."""
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from chalice import Blueprint, Response
+from chalice import Response
 
-from chalicelib import accounts
+from chalicelib import accounts, jsontext
 from chalicelib.config import settings
 from chalicelib.errors import InvalidInput, TooLarge, WorksetError
-from chalicelib.responses import json_response
+from chalicelib.responses import GuardedBlueprint, internal_error, json_response
 
-bp = Blueprint(__name__)
+bp = GuardedBlueprint(__name__, edge="api", on_crash=lambda request_id: json_response(500, internal_error(request_id)))
 
 PAGE_DEFAULT = 50
 PAGE_MAX = 100
+_LIMIT = re.compile(r"[0-9]{1,3}")  # ASCII digits only: "²".isdigit() is True and int("²") fails
 
 
 def admin_route(path: str, method: str, status: int = 200) -> Callable[[Callable[..., Any]], Any]:
@@ -29,6 +34,7 @@ def admin_route(path: str, method: str, status: int = 200) -> Callable[[Callable
         def wrapped(**params: str) -> Response:
             try:
                 account_id = accounts.authenticate_admin(bearer())
+                _check_parameters(params)
                 return json_response(status, view(account_id, **params))
             except WorksetError as error:
                 headers = {"WWW-Authenticate": 'Bearer realm="workset"'} if error.status == 401 else {}
@@ -40,21 +46,26 @@ def admin_route(path: str, method: str, status: int = 200) -> Callable[[Callable
 
 
 def bearer() -> str | None:
+    """The admin token the request carries (one that is not text counts as none)."""
     value = bp.current_request.headers.get("authorization", "")
     scheme, _, token = value.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token and jsontext.text_fault(token) is None else None
 
 
 def body() -> Any:
+    """The JSON body, read strictly (`jsontext.loads`): bad JSON, non-finite numbers, deep
+    nesting and lone surrogates are `invalid_input`, the last naming where it sat."""
     raw = bp.current_request.raw_body
     if not raw:
         raise InvalidInput("the body must be a JSON object")
     if len(raw) > settings().max_request_bytes:
         raise TooLarge(f"the body is larger than {settings().max_request_bytes} bytes")
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidInput("the body is not valid JSON") from None
+        return jsontext.loads(raw)
+    except jsontext.JsonRefused as refused:
+        field = refused.where or None
+        raise InvalidInput(f"the body is not usable JSON: {refused.reason}", field=field) from None
 
 
 def optional_body() -> dict[str, Any]:
@@ -68,16 +79,33 @@ def optional_body() -> dict[str, Any]:
 
 
 def query(name: str) -> str | None:
+    """A query parameter (already judged clean by `admin_route`)."""
     return (bp.current_request.query_params or {}).get(name)
 
 
 def limit() -> int:
+    """The page size the caller asked for, or the default."""
     text = query("limit")
     if text is None:
         return PAGE_DEFAULT
-    if not text.isdigit() or not 1 <= int(text) <= PAGE_MAX:
+    if not _LIMIT.fullmatch(text) or not 1 <= int(text) <= PAGE_MAX:
         raise InvalidInput(f"limit must be an integer from 1 to {PAGE_MAX}", field="limit")
     return int(text)
+
+
+def _check_parameters(path_params: dict[str, str]) -> None:
+    """Refuse path and query parameters that are not text (a lone surrogate, a control
+    character, percent-escapes of either)."""
+    for name, value in path_params.items():
+        if (fault := jsontext.text_fault(value, escaped=True)) is not None:
+            raise InvalidInput(f"{name} {fault}", field=name)
+    query_params = bp.current_request.query_params
+    for name in query_params or {}:
+        if (fault := jsontext.text_fault(name)) is not None:
+            raise InvalidInput(f"a query parameter's name {fault}")
+        for value in query_params.getlist(name):
+            if (fault := jsontext.text_fault(value)) is not None:
+                raise InvalidInput(f"{name} {fault}", field=name)
 
 
 def tool_ref(body: Any) -> tuple[str, str]:

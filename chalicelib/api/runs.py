@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import runs
+from chalicelib import accounts, runs
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, limit, query
 from chalicelib.clock import utcnow
 from chalicelib.errors import InvalidInput
 
-ADMIN = "admin"
+ADMIN = accounts.ADMIN
 
 
 @admin_route("/v1/approvals", "GET")
@@ -19,7 +19,7 @@ def pending_approvals(account_id: str) -> dict[str, Any]:
     if status != "pending":
         raise InvalidInput("status: only pending approvals are listed", field="status")
     page = runs.list_pending(account_id, limit=limit(), cursor=query("cursor"), now=utcnow())
-    return shapes.page(page, shapes.run)
+    return shapes.page(page, lambda run: shapes.pending(run, runs.change_since_decision(account_id, run)))
 
 
 @admin_route("/v1/approvals/{run_id}/approve", "POST")

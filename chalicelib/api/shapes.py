@@ -7,7 +7,8 @@ from typing import Any
 
 from chalicelib.accounts import Created
 from chalicelib.clock import iso
-from chalicelib.store.records import Agent, Connection, HistoryEvent, Page, Promotion, Run, ToolVersion
+from chalicelib.runs import ShapeChange
+from chalicelib.store.records import Agent, Approval, Connection, HistoryEvent, Page, Promotion, Run, ToolVersion
 
 
 def agent(record: Agent) -> dict[str, Any]:
@@ -19,6 +20,7 @@ def agent(record: Agent) -> dict[str, Any]:
         "idle_window_days": record.idle_window_days,
         "size": record.size,
         "webhook_url": record.webhook_url,
+        "connections": "all" if record.connection_scope is None else list(record.connection_scope),
         "created_at": iso(record.created_at),
     }
 
@@ -89,6 +91,28 @@ def run(record: Run) -> dict[str, Any]:
         "error": record.error,
         "decided_by": record.decided_by,
     }
+
+
+def decision(record: Approval) -> dict[str, Any]:
+    """A standing approval or denial: for which tool, request shape and version, by whom."""
+    return {
+        "vendor": record.vendor,
+        "name": record.name,
+        "decision": record.decision,
+        "version": record.version,
+        "request_shape": record.shape,
+        "decided_by": record.approved_by,
+        "decided_at": iso(record.approved_at),
+    }
+
+
+def pending(record: Run, change: ShapeChange | None) -> dict[str, Any]:
+    """A run waiting for a person, with what changed since the agent's earlier decision on the
+    tool (null when there was none)."""
+    shaped = run(record)
+    shaped["since_decision"] = None if change is None else {
+        **decision(change.decision), "changes": change.changes}
+    return shaped
 
 
 def connection(record: Connection) -> dict[str, Any]:

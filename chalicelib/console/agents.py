@@ -10,7 +10,7 @@ from typing import Any
 
 from chalice import Response
 
-from chalicelib import accounts, runs, toolbox, workingset
+from chalicelib import accounts, connections, runs, toolbox, workingset
 from chalicelib.config import settings
 from chalicelib.console import present
 from chalicelib.console.common import ALL_PAGE, PAGE_SIZE, Ctx, action, every, page, redirect
@@ -21,7 +21,7 @@ from chalicelib.store.records import Agent, AgentState, Promotion, Run
 from chalicelib.toolbox import Tool
 from chalicelib.workingset import Cause, PromotedBy
 
-ACTOR = "admin"  # who the console acts as in history (the admin API's actor too)
+ACTOR = accounts.ADMIN  # who the console acts as in history (the admin API's actor too)
 RECENT_RUNS = 10
 PICKER_SIZE = 20
 RANGES = {"cap": accounts.CAP_RANGE, "idle_window_days": accounts.IDLE_WINDOW_RANGE}
@@ -73,6 +73,24 @@ def save_settings(ctx: Ctx, agent_id: str) -> Response:
     if ctx.form.get("back") == "list":
         return redirect("/console/agents", done="saved")
     return redirect(f"/console/agents/{agent_id}", done="saved")
+
+
+@action("/console/agents/{agent_id}/decisions/withdraw")
+def withdraw_decision(ctx: Ctx, agent_id: str) -> Response:
+    vendor, name = ctx.form.get("vendor", ""), ctx.form.get("name", "")
+    runs.withdraw_decision(ctx.account_id, agent_id, vendor, name)
+    return redirect(f"/console/agents/{agent_id}", done="withdrawn", tool=f"{vendor}__{name}")
+
+
+@action("/console/agents/{agent_id}/connections")
+def save_connection_scope(ctx: Ctx, agent_id: str) -> Response:
+    chosen = [name.removeprefix("use_") for name in ctx.form if name.startswith("use_")]
+    scope: str | list[str] = "all" if ctx.form.get("scope") == "all" else chosen
+    try:
+        accounts.update_agent(ctx.account_id, agent_id, {"connections": scope})
+    except InvalidInput as error:
+        return _agent_page(ctx, agent_id, 400, settings_error=error.message)
+    return redirect(f"/console/agents/{agent_id}", done="scope")
 
 
 @action("/console/agents/{agent_id}/promote")
@@ -137,7 +155,8 @@ def _agent_page(ctx: Ctx, agent_id: str, status: int = 200, *, settings_error: s
         footprint=present.footprint(promoted, every_tool), settings_error=settings_error,
         values={**current, **(values or {})}, ranges=RANGES, done=ctx.params.get("done"),
         done_tool=ctx.params.get("tool", ""), over_cap=len(state.promotions) > agent.cap,
-        meta_tools=META_TOOLS,
+        meta_tools=META_TOOLS, decisions=state.approvals,
+        connections=list(every(lambda cursor: connections.list_all(ctx.account_id, limit=ALL_PAGE, cursor=cursor))),
     )
 
 

@@ -1,4 +1,5 @@
-"""Signing in with the admin token, and out again. The only pages reachable without a session."""
+"""Signing in with the admin token (which stores a session), and out again (which deletes it).
+The only pages reachable without a session."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def sign_in() -> Response:
 
 @action("/console/sign-out")
 def sign_out(ctx: Ctx) -> Response:
-    return redirect("/console/sign-in", cookie=sessions.sign_out())
+    return redirect("/console/sign-in", cookie=sessions.sign_out(ctx.session))
 
 
 def _form(cookie_header: str | None, target: str, *, status: int = 200, error: str | None = None) -> Response:

@@ -1,5 +1,9 @@
 """What every console route shares: the blueprint, the templates, the session and CSRF check,
-reading forms, redirects, and turning domain errors into pages."""
+reading forms, redirects, and turning domain errors into pages.
+
+Path and query parameters and form fields that are not text (a lone surrogate, a control
+character) are refused with a 400 page before a view sees them; pages are scrubbed of lone
+surrogates before they are encoded; a crash is a 500 page whose log line carries the request id."""
 
 from __future__ import annotations
 
@@ -12,18 +16,26 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
-from chalice import Blueprint, Response
+from chalice import Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from chalicelib import accounts
+from chalicelib import accounts, jsontext
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.console import present
 from chalicelib.console import session as sessions
-from chalicelib.errors import WorksetError
+from chalicelib.errors import InvalidInput, WorksetError
+from chalicelib.responses import GuardedBlueprint
 from chalicelib.store.records import Page
 
-bp = Blueprint(__name__)
+
+def _crashed(request_id: str) -> Response:
+    return render("error.html", 500, signed_in=False, csrf="", title="Something went wrong", message=(
+        "Workset failed while answering this page; the change you asked for may not have been made. "
+        f"Reload to check, and quote request id {request_id} when reporting it."))
+
+
+bp = GuardedBlueprint(__name__, edge="console", on_crash=_crashed)
 
 FORM = ["application/x-www-form-urlencoded"]
 HOME = "/console/agents"
@@ -67,9 +79,18 @@ def _route(path: str, method: str) -> Callable[[Callable[..., Response]], Any]:
             request = bp.current_request
             now = utcnow()
             session = sessions.read(request.headers.get("cookie"), now)
+            query = dict(request.query_params or {})
+            try:  # before the sign-in redirect, which quotes them
+                _check_text(params, escaped=True)
+                _check_text(query)
+            except InvalidInput as error:
+                refusal = {"title": _TITLES[400], "message": error.message}
+                if session is None:
+                    return render("error.html", 400, signed_in=False, csrf="", **refusal)
+                return Ctx(session, now).render("error.html", 400, **refusal)
             if session is None:
                 return redirect("/console/sign-in", next=_current_path(path, params) if method == "GET" else None)
-            ctx = Ctx(session, now, params=dict(request.query_params or {}))
+            ctx = Ctx(session, now, params=query)
             if method == "POST":
                 ctx.form = read_form()
                 if not sessions.valid(session.csrf, ctx.form.get("csrf")):
@@ -77,6 +98,7 @@ def _route(path: str, method: str) -> Callable[[Callable[..., Response]], Any]:
                         "This form did not carry a valid token for your session. Nothing was changed; "
                         "go back, reload the page and try again."))
             try:
+                _check_text(ctx.form, lines=True)
                 return view(ctx, **params)
             except WorksetError as error:
                 return ctx.render("error.html", error.status, title=_TITLES.get(error.status, "Refused"),
@@ -93,9 +115,10 @@ _TITLES = {400: "Not accepted", 404: "Not found", 409: "Conflict", 413: "Too lar
 
 def render(template: str, status: int = 200, headers: dict[str, str] | None = None, **values: Any) -> Response:
     """An HTML page. Styles and the one script carry a per-response nonce that the Content
-    Security Policy requires, so injected markup could not run even if escaping failed."""
+    Security Policy requires, so injected markup could not run even if escaping failed. Lone
+    surrogates (stored before they were refused) become U+FFFD so the page always encodes."""
     nonce = secrets.token_urlsafe(12)
-    body = _environment().get_template(template).render(nonce=nonce, **values)
+    body = jsontext.scrub(_environment().get_template(template).render(nonce=nonce, **values))
     policy = (f"default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; img-src 'self' data:; "
               "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
     return Response(body=body, status_code=status, headers={
@@ -134,6 +157,15 @@ def read_form() -> dict[str, str]:
         return {}
     fields = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
     return {name: values[0] for name, values in fields.items()}
+
+
+def _check_text(fields: dict[str, str], *, lines: bool = False, escaped: bool = False) -> None:
+    """Refuse parameters or form fields that are not text (`jsontext.text_fault`)."""
+    for name, value in fields.items():
+        if jsontext.text_fault(name) is not None:
+            raise InvalidInput("a field's name is not text")
+        if (fault := jsontext.text_fault(value, lines=lines, escaped=escaped)) is not None:
+            raise InvalidInput(f"{name[:40]} {fault}", field=name)
 
 
 def every(fetch: Callable[[str | None], Page]) -> Iterator[Any]:

@@ -1,10 +1,17 @@
-"""Console sessions without server state: a cookie holding the account id, an expiry and a
-random session id, signed with HMAC-SHA256 under the deployment's console secret. Every form
-carries a CSRF token derived from the session id; the sign-in form, which comes before any
-session, carries one derived from a short-lived random cookie (double submit).
+"""Console sessions: a cookie holding the account id, an expiry and a random session id, signed
+with HMAC-SHA256 under the deployment's console secret, and backed by a stored session so that
+signing out ends it for every copy of the cookie. Every form carries a CSRF token derived from
+the session id; the sign-in form, which comes before any session, carries one derived from a
+short-lived random cookie (double submit).
 
     cookie  = <account_id>.<expires epoch>.<session id>.<mac("session", the three before)>
     csrf    = mac("csrf", session id)
+    stored  = SHA-256(session id) -> account, expiry, the account's console epoch at sign-in
+
+A request's cookie passes two gates, cheapest first: the MAC and expiry (no I/O, so a forged
+cookie never costs a DynamoDB read), then the stored session (present, unexpired, the cookie's
+account, at the account's current epoch). Signing out deletes the stored session; signing out
+everywhere moves the account's epoch on, which ends every session at once.
 """
 
 from __future__ import annotations
@@ -14,10 +21,11 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from urllib.parse import urlsplit
 
 from chalicelib.config import settings
+from chalicelib.store import sessions as session_store
 
 SESSION_COOKIE = "workset_console"
 SIGN_IN_COOKIE = "workset_console_sign_in"
@@ -58,15 +66,18 @@ def configured() -> bool:
 
 
 def issue(account_id: str, now: datetime) -> tuple[Session, str]:
-    """A new session and the Set-Cookie value that carries it."""
+    """A new stored session and the Set-Cookie value that carries it."""
     session = Session(account_id, secrets.token_urlsafe(18), int((now + LIFETIME).timestamp()))
     payload = f"{session.account_id}.{session.expires}.{session.session_id}"
     value = f"{payload}.{_mac('session', payload)}"
+    session_store.create_session(_stored_hash(session.session_id), account_id, now,
+                                 datetime.fromtimestamp(session.expires, timezone.utc))
     return session, set_cookie(SESSION_COOKIE, value, LIFETIME)
 
 
 def read(cookie_header: str | None, now: datetime) -> Session | None:
-    """The session a request's cookie proves, or None (absent, forged, expired, unconfigured)."""
+    """The session a request's cookie proves, or None (absent, forged, expired, signed out,
+    ended everywhere, unconfigured)."""
     value = cookies(cookie_header).get(SESSION_COOKIE)
     if not value or not configured() or value.count(".") != 3:
         return None
@@ -76,12 +87,24 @@ def read(cookie_header: str | None, now: datetime) -> Session | None:
     account_id, expires, session_id = payload.split(".")
     if not expires.isdigit() or int(expires) <= now.timestamp():
         return None
+    stored = session_store.load_session(_stored_hash(session_id))
+    if (stored is None or stored.account_id != account_id or stored.expires_at <= now
+            or stored.account_epoch is None or stored.epoch != stored.account_epoch):
+        return None
     return Session(account_id, session_id, int(expires))
 
 
-def sign_out() -> str:
-    """The Set-Cookie value that removes the session."""
+def sign_out(session: Session) -> str:
+    """End this session (every copy of its cookie); answer the Set-Cookie value that removes it."""
+    session_store.delete_session(_stored_hash(session.session_id))
     return set_cookie(SESSION_COOKIE, "", timedelta(0))
+
+
+def sign_out_everywhere(session: Session) -> str:
+    """End every console session of the session's account, this one included; answer the
+    Set-Cookie value that removes this browser's cookie."""
+    session_store.end_all_sessions(session.account_id)
+    return sign_out(session)
 
 
 def sign_in_nonce(cookie_header: str | None) -> tuple[str, str | None]:
@@ -127,6 +150,11 @@ def set_cookie(name: str, value: str, lifetime: timedelta) -> str:
 def path_prefix() -> str:
     """The path the deployment is served under (an API Gateway stage such as `/api`, or none)."""
     return urlsplit(settings().public_url).path.rstrip("/")
+
+
+def _stored_hash(session_id: str) -> str:
+    # The table holds a hash, never the session id itself (defence in depth beside the MAC).
+    return hashlib.sha256(session_id.encode()).hexdigest()
 
 
 def _mac(purpose: str, message: str) -> str:

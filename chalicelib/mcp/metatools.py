@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from chalicelib import runs, toolbox, workingset
+from chalicelib.errors import ConnectionNotInScope
 from chalicelib.vendor import Outcome
 from chalicelib.store.records import AgentState
 from chalicelib.toolbox import NAME_PATTERN, Tool, ToolSpec
@@ -121,14 +122,18 @@ def _find_tool(call: Call, raw: Any) -> Outcome:
 def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
     spec = tool.spec
     line = spec.description.strip().splitlines()[0] if spec.description.strip() else ""
-    return {
+    hit: dict[str, Any] = {
         "vendor": spec.vendor,
         "name": spec.name,
         "promoted": state.promotion(spec.vendor, spec.name) is not None,
         "readOnlyHint": bool(spec.annotations.readOnlyHint),
         "destructiveHint": spec.annotations.destructiveHint is not False and not spec.annotations.readOnlyHint,
         "description": line if len(line) <= DESCRIPTION_LINE else line[: DESCRIPTION_LINE - 1] + "…",
+        "available": True,
     }
+    if spec.connection and not state.may_use(spec.connection):
+        hit.update(available=False, reason=ConnectionNotInScope.code)
+    return hit
 
 
 def _promote(call: Call, raw: Any) -> Outcome:
@@ -155,8 +160,7 @@ def _run_tool(call: Call, raw: Any) -> Outcome:
 def _acquire(call: Call, raw: Any) -> Outcome:
     spec = toolbox.parse_spec(raw)
     agent_id = call.state.agent.agent_id
-    tool = toolbox.publish(call.state.agent.account_id, spec, published_by=agent_id, now=call.now,
-                           agent_authored=True)
+    tool = toolbox.acquire(call.state, spec, call.now)
     change = workingset.promote(call.state, spec.vendor, spec.name, by=PromotedBy.PUBLISH, actor=agent_id,
                                 now=call.now, tool=tool, caller_told=call.told)
     return Outcome(structured={"vendor": spec.vendor, "name": spec.name, "version": tool.version.version,

@@ -18,6 +18,7 @@ from typing import Any
 import mcp_types
 from mcp_types.jsonrpc import (
     HEADER_MISMATCH,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -26,6 +27,8 @@ from mcp_types.jsonrpc import (
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 
+from chalicelib import jsontext
+
 MODERN = MODERN_PROTOCOL_VERSIONS[-1]
 LEGACY = LATEST_HANDSHAKE_VERSION
 SUPPORTED_VERSIONS = [MODERN, *reversed(HANDSHAKE_PROTOCOL_VERSIONS)]
@@ -33,7 +36,9 @@ VERSION_META = mcp_types.PROTOCOL_VERSION_META_KEY
 CAPABILITIES_META = mcp_types.CLIENT_CAPABILITIES_META_KEY
 SERVER_INFO_META = mcp_types.SERVER_INFO_META_KEY
 
-# HTTP status of a JSON-RPC error on the modern path (2026-07-28 transports page).
+# HTTP status of a JSON-RPC error on the modern path (2026-07-28 transports page): the client's
+# faults are 4xx. Our own crash, -32603, is the one server fault, so it is a 5xx there; codes
+# not listed (tool-level -320xx) travel on 200.
 MODERN_HTTP_STATUS = {
     PARSE_ERROR: 400,
     INVALID_REQUEST: 400,
@@ -41,18 +46,25 @@ MODERN_HTTP_STATUS = {
     HEADER_MISMATCH: 400,
     UNSUPPORTED_PROTOCOL_VERSION: 400,
     METHOD_NOT_FOUND: 404,
+    INTERNAL_ERROR: 500,
 }
 NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
 
 class ProtocolError(Exception):
-    """A JSON-RPC error: the request itself was wrong, not the tool call it asked for."""
+    """A JSON-RPC error: the request itself was wrong, not the tool call it asked for.
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    `request_id` and `modern` are what was learnt of the request when the fault was found before
+    its envelope was read (a lone surrogate in valid JSON); the answer uses them."""
+
+    def __init__(self, code: int, message: str, data: Any = None, *,
+                 request_id: str | int | None = None, modern: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
+        self.request_id = request_id
+        self.modern = modern
 
 
 @dataclass(frozen=True)
@@ -77,14 +89,48 @@ class Request:
 
 
 def parse_message(raw: bytes) -> dict[str, Any]:
-    """Bytes to a JSON-RPC object; bad JSON is -32700, anything but one request is -32600."""
+    """Bytes to a JSON-RPC object. Bad JSON (not UTF-8, NaN, 1e999, nested past
+    `jsontext.MAX_DEPTH`) is -32700; a lone surrogate is -32602 inside params and -32600
+    anywhere else; anything but one request is -32600."""
     try:
-        message = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ProtocolError(PARSE_ERROR, "Parse error: the body is not valid JSON") from None
+        message = jsontext.loads(raw)
+    except jsontext.JsonRefused as refused:
+        if refused.kind != "surrogate":
+            raise ProtocolError(PARSE_ERROR, f"Parse error: {refused.reason}") from None
+        raise _surrogate_error(raw, refused) from None
     if not isinstance(message, dict):
         raise ProtocolError(INVALID_REQUEST, "Invalid Request: send one JSON-RPC object (batches are not supported)")
     return message
+
+
+def identify(raw: bytes) -> tuple[str | int | None, bool]:
+    """Best effort, never raising: the request's id (when usable) and whether it is modern, for
+    answering a request whose handling failed."""
+    try:
+        message = jsontext.loads(raw)
+    except jsontext.JsonRefused:
+        return None, False
+    if not isinstance(message, dict):
+        return None, False
+    return _usable_id(message.get("id")), is_modern(message)
+
+
+def _surrogate_error(raw: bytes, refused: jsontext.JsonRefused) -> ProtocolError:
+    # The text is valid JSON (only a string's content was refused), so the lenient parser reads
+    # it; the id is answered only if it is itself clean.
+    message = json.loads(raw)
+    request_id, modern = None, False
+    if isinstance(message, dict):
+        request_id, modern = _usable_id(message.get("id")), is_modern(message)
+    if refused.path[:1] == ("params",):
+        return ProtocolError(INVALID_PARAMS, f"Invalid params: {refused.reason}", request_id=request_id, modern=modern)
+    return ProtocolError(INVALID_REQUEST, f"Invalid Request: {refused.reason}", request_id=request_id, modern=modern)
+
+
+def _usable_id(value: Any) -> str | int | None:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    return None if isinstance(value, str) and jsontext.has_surrogate(value) else value
 
 
 def is_modern(message: dict[str, Any]) -> bool:
@@ -164,16 +210,22 @@ def success(request_id: str | int | None, result: dict[str, Any]) -> dict[str, A
 
 
 def error_body(request_id: str | int | None, error: ProtocolError) -> dict[str, Any]:
-    """A JSON-RPC error response."""
+    """A JSON-RPC error response (with the id the error learnt, when the caller has none)."""
     body: dict[str, Any] = {"code": error.code, "message": error.message}
     if error.data is not None:
         body["data"] = error.data
-    return {"jsonrpc": "2.0", "id": request_id, "error": body}
+    return {"jsonrpc": "2.0", "id": request_id if request_id is not None else error.request_id, "error": body}
 
 
 def error_status(error: ProtocolError, *, modern: bool) -> int:
     """The HTTP status for a JSON-RPC error: the modern table, or 400 for unparseable input
-    and 200 otherwise on the legacy path (its clients read the error from the body)."""
-    if modern:
+    and 200 otherwise on the legacy path (its clients read the error from the body, and a
+    crash is no exception: -32603 travels on 200 there, on 500 on the modern path)."""
+    if modern or error.modern:
         return MODERN_HTTP_STATUS.get(error.code, 200)
     return 400 if error.code in {PARSE_ERROR, INVALID_REQUEST} else 200
+
+
+def internal_error(request_id: str | int | None, log_id: str) -> ProtocolError:
+    """-32603 for a crash in our own code; `data.requestId` names the log line that explains it."""
+    return ProtocolError(INTERNAL_ERROR, "Internal error", {"requestId": log_id}, request_id=request_id)

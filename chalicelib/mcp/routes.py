@@ -1,18 +1,28 @@
-"""The `/mcp` endpoint as a Chalice blueprint: a thin shell around `server.handle`."""
+"""The `/mcp` endpoint as a Chalice blueprint: a thin shell around `server.handle`. Whatever
+escapes it is answered as JSON-RPC -32603 (see `_crashed`)."""
 
 from __future__ import annotations
 
-import json
 from urllib.parse import urlsplit
 
-from chalice import Blueprint, Response
+from chalice import Response
 
+from chalicelib import jsontext
 from chalicelib.config import settings
 from chalicelib.errors import TooLarge
-from chalicelib.mcp import server
-from chalicelib.responses import json_response
+from chalicelib.mcp import protocol, server
+from chalicelib.responses import GuardedBlueprint, json_response
 
-bp = Blueprint(__name__)
+
+def _crashed(request_id: str) -> Response:
+    """-32603 Internal error, with the JSON-RPC id when the body yields one; HTTP 500 on the
+    modern path and 200 on the legacy one (`protocol.error_status`)."""
+    rpc_id, modern = protocol.identify(bp.current_request.raw_body or b"")
+    error = protocol.internal_error(rpc_id, request_id)
+    return json_response(protocol.error_status(error, modern=modern), protocol.error_body(rpc_id, error))
+
+
+bp = GuardedBlueprint(__name__, edge="mcp", on_crash=_crashed)
 
 CONTENT_TYPES = ["application/json", "application/json; charset=utf-8"]
 
@@ -38,7 +48,7 @@ def mcp_post() -> Response:
 
 def _event_stream(answer: server.HttpAnswer) -> Response:
     """Notifications first, then the response, as one buffered text/event-stream body."""
-    frames = "".join(f"event: message\ndata: {json.dumps(message, ensure_ascii=False)}\n\n"
+    frames = "".join(f"event: message\ndata: {jsontext.dumps(message)}\n\n"
                      for message in [*answer.events, answer.body])
     return Response(body=frames, status_code=answer.status,
                     headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **answer.headers})

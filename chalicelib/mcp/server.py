@@ -174,11 +174,21 @@ def _call(state: AgentState, name: str, arguments: dict[str, Any], now: datetime
         if meta is not None:
             return meta.handler(Call(state, now, told=told), arguments)
         ref = split_name(name)
-        if ref is None:
-            raise ProtocolError(INVALID_PARAMS, f"Unknown tool: {name}")
+        if ref is None or state.promotion(*ref) is None:
+            raise ProtocolError(INVALID_PARAMS, _unknown_tool(name, ref))
         return runs.call(state, *ref, arguments, dry_run=False, now=now)
     except WorksetError as error:
         return vendor.failure(error)
+
+
+def _unknown_tool(name: str, ref: tuple[str, str] | None) -> str:
+    """MCP's answer to a tool that is not in the caller's list: only promoted tools are callable
+    by name; the message says how to reach the rest of the toolbox."""
+    if ref is None:
+        return f"Unknown tool: {name}"
+    vendor_name, tool_name = ref
+    return (f"Unknown tool: {name} is not in your tool list. Promote it first (promote with vendor "
+            f"{vendor_name!r} and name {tool_name!r}), or call it once with run_tool; find_tool lists the toolbox.")
 
 
 def _tool_result(outcome: Outcome) -> dict[str, Any]:

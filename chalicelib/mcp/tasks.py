@@ -5,13 +5,12 @@ run id, and `tasks/get` reads the run."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
 from mcp_types.jsonrpc import INVALID_PARAMS
 
-from chalicelib import runs
+from chalicelib import jsontext, runs
 from chalicelib.clock import iso
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
@@ -60,9 +59,10 @@ def get(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
 
 
 def tool_result(structured: dict[str, Any], *, is_error: bool) -> dict[str, Any]:
-    """A CallToolResult carrying `structured` (also as text for clients that read only text)."""
+    """A CallToolResult carrying `structured` (also as text for clients that read only text; the
+    text is always valid UTF-8 JSON, whatever a vendor answered)."""
     return {
-        "content": [{"type": "text", "text": json.dumps(structured, ensure_ascii=False)}],
+        "content": [{"type": "text", "text": jsontext.dumps(structured)}],
         "structuredContent": structured,
         "isError": is_error,
     }

@@ -51,3 +51,20 @@ def get_account(account_id: str) -> Account | None:
     except DoesNotExist:
         return None
     return Account(account_id=item.account_id, name=item.name, toolbox_revision=int(item.toolbox_revision or 0))
+
+
+def get_allowed_hosts(account_id: str) -> tuple[str, ...]:
+    """The keyless hosts the account lets agent-authored tools call."""
+    try:
+        item = AccountItem.get(account_id, attributes_to_get=["allowed_hosts"])
+    except DoesNotExist:
+        return ()
+    return tuple(item.allowed_hosts or ())
+
+
+def set_allowed_hosts(account_id: str, hosts: list[str]) -> None:
+    """Replace the account's allow list of keyless hosts."""
+    AccountItem(account_id=account_id).update(
+        actions=[AccountItem.allowed_hosts.set(hosts) if hosts else AccountItem.allowed_hosts.remove()],
+        condition=AccountItem.account_id.exists(),
+    )

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pynamodb.exceptions import DeleteError
 from pynamodb.transactions import TransactWrite
 
 from chalicelib.store import history
-from chalicelib.store.base import ConditionFailed, decode_cursor, encode_cursor, transaction, update_if
+from chalicelib.store.base import ConditionFailed, page, transaction, update_if
 from chalicelib.store.models import (
     AGENT_SK,
     AgentPartitionItem,
@@ -20,11 +21,12 @@ from chalicelib.store.models import (
     ApprovalItem,
     SHARDS,
     PromotionItem,
+    approval_sk,
     promotion_sk,
     shard,
     tool_key,
 )
-from chalicelib.store.records import Agent, AgentState, Approval, HistoryEvent, Page, Promotion
+from chalicelib.store.records import ALLOW, Agent, AgentState, Approval, HistoryEvent, Page, Promotion
 
 
 def create_agent(agent: Agent, key_hash: str, *, webhook_secret: bytes | None = None) -> None:
@@ -56,9 +58,7 @@ def load_state(agent_id: str) -> AgentState | None:
         elif isinstance(item, PromotionItem):
             promotions.append(_promotion(item))
         elif isinstance(item, ApprovalItem):
-            approvals.append(
-                Approval(item.vendor, item.name, approved_by=item.approved_by, approved_at=item.approved_at)
-            )
+            approvals.append(decision_record(item))
     if settings_item is None:
         return None
     promotions.sort(key=lambda p: (p.promoted_at, p.vendor, p.name))
@@ -79,10 +79,8 @@ def load_state(agent_id: str) -> AgentState | None:
 
 def list_agents(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
     """The account's agents, oldest first."""
-    start = decode_cursor(cursor, account_id=account_id)
-    result = AgentSettingsItem.by_account.query(account_id, limit=limit, last_evaluated_key=start)
-    items = [_agent(item) for item in result]
-    return Page(items=items, next=encode_cursor(result.last_evaluated_key))
+    return page(AgentSettingsItem, account_id, index=AgentSettingsItem.by_account, limit=limit, cursor=cursor,
+                record=_agent)
 
 
 def update_settings(agent_id: str, changes: dict[str, Any]) -> Agent:
@@ -191,6 +189,37 @@ def _change_set(agent_id: str, event: HistoryEvent, delta: int, change: Callable
     return True
 
 
+def remove_decision(agent_id: str, vendor: str, name: str) -> bool:
+    """Withdraw a person's standing decision; False when there was none."""
+    try:
+        ApprovalItem(agent_id=agent_id, sk=approval_sk(vendor, name)).delete(condition=ApprovalItem.sk.exists())
+    except DeleteError as error:
+        if error.cause_response_code == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
+
+
+def count_acquire(agent_id: str, day: str, limit: int) -> bool:
+    """Count one publish by the agent on `day` (UTC date); False, and nothing counted, when the
+    agent has published `limit` already that day."""
+    item = AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK)
+    same_day = (AgentSettingsItem.acquire_day == day) & (AgentSettingsItem.acquire_count < limit)
+    if update_if(item, [AgentSettingsItem.acquire_count.add(1)], same_day):
+        return True
+    new_day = AgentSettingsItem.agent_id.exists() & (
+        AgentSettingsItem.acquire_day.does_not_exist() | (AgentSettingsItem.acquire_day != day))
+    return limit > 0 and update_if(
+        item, [AgentSettingsItem.acquire_day.set(day), AgentSettingsItem.acquire_count.set(1)], new_day)
+
+
+def decision_record(item: ApprovalItem) -> Approval:
+    """The record of a stored decision (items from before request shapes have none: they match nothing)."""
+    return Approval(item.vendor, item.name, approved_by=item.approved_by, approved_at=item.approved_at,
+                    decision=item.decision or ALLOW, version=int(item.version) if item.version else None,
+                    shape=item.shape)
+
+
 def _promotion(item: PromotionItem) -> Promotion:
     return Promotion(
         vendor=item.vendor,
@@ -213,4 +242,5 @@ def _agent(item: AgentSettingsItem) -> Agent:
         created_at=item.created_at,
         size=int(item.size or 0),
         webhook_url=item.webhook_url,
+        connection_scope=tuple(item.connection_scope) if item.connection_scope is not None else None,
     )

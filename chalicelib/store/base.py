@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
 from pynamodb.connection import Connection
-from pynamodb.exceptions import TransactWriteError, UpdateError
+from pynamodb.exceptions import QueryError, TransactWriteError, UpdateError
+from pynamodb.indexes import Index
+from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
+from chalicelib import jsontext
 from chalicelib.config import settings
 from chalicelib.errors import Conflict, InvalidInput
+from chalicelib.store.records import Page
+
+CURSOR_CHARS = 4096  # four key attributes of DynamoDB's size, base64: far below this
 
 
 @lru_cache(maxsize=1)
@@ -64,16 +71,66 @@ def encode_cursor(last_evaluated_key: dict[str, Any] | None) -> str | None:
     return base64.urlsafe_b64encode(json.dumps(last_evaluated_key, sort_keys=True).encode()).decode()
 
 
-def decode_cursor(cursor: str | None, **scope: str) -> dict[str, Any] | None:
-    """The last key a cursor stands for. A cursor we did not make, or one made for another
-    partition (`scope` names the key attributes it must carry), is bad input."""
+def page(model: type[Model], hash_key: str, *, limit: int, cursor: str | None, record: Callable[[Any], Any],
+         index: Index[Any] | None = None, **query: Any) -> Page:
+    """One page of `(index or model).query(hash_key, **query)` from where `cursor` left off: the
+    items as records and the next cursor. Every paged query goes through here, so a cursor we did
+    not make, one made for another partition or list, or one whose key DynamoDB still rejects
+    (ValidationException) is the same bad input on the `cursor` field, never a crash."""
+    partition = next(attribute.attr_name for attribute in _key_attributes(index or model) if attribute.is_hash_key)
+    start = decode_cursor(cursor, keys=_key_types(model, index), **{partition: hash_key})
+    try:
+        result = (index or model).query(hash_key, limit=limit, last_evaluated_key=start, **query)
+        items = [record(item) for item in result]
+    except QueryError as error:
+        if start is not None and error.cause_response_code == "ValidationException":
+            raise _bad_cursor() from error
+        raise
+    return Page(items=items, next=encode_cursor(result.last_evaluated_key))
+
+
+def decode_cursor(cursor: str | None, *, keys: Mapping[str, str] | None = None, **scope: str) -> dict[str, Any] | None:
+    """The last key a cursor stands for. A cursor we did not make is bad input: not base64 of
+    strict JSON (`jsontext.loads`), not a map of attribute name to one typed, non-empty value,
+    made for another partition (`scope` names the key attributes it must carry), or (given
+    `keys`, attribute name -> DynamoDB type) not exactly the keys of the list it is used on."""
     if not cursor:
         return None
-    bad = InvalidInput("cursor is not one this list returned", field="cursor")
     try:
-        key = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise bad from error
-    if not isinstance(key, dict) or any(key.get(name) != {"S": value} for name, value in scope.items()):
-        raise bad
+        if len(cursor) > CURSOR_CHARS:
+            raise ValueError("too long")
+        key = jsontext.loads(base64.b64decode(cursor, altchars=b"-_", validate=True))
+    except (ValueError, binascii.Error) as error:  # JsonRefused is a ValueError
+        raise _bad_cursor() from error
+    if not isinstance(key, dict) or not key or not all(_typed_value(value) for value in key.values()):
+        raise _bad_cursor()
+    if keys is not None and {name: next(iter(value)) for name, value in key.items()} != dict(keys):
+        raise _bad_cursor()
+    if any(key.get(name) != {"S": value} for name, value in scope.items()):
+        raise _bad_cursor()
     return key
+
+
+def _bad_cursor() -> InvalidInput:
+    return InvalidInput("cursor is not one this list returned", field="cursor")
+
+
+def _typed_value(value: Any) -> bool:
+    """`{"S": "..."}` or `{"N": "..."}`: one key type and a non-empty string (DynamoDB refuses
+    an empty key)."""
+    if not isinstance(value, dict) or len(value) != 1:
+        return False
+    ((kind, text),) = value.items()
+    return kind in ("S", "N") and isinstance(text, str) and text != ""
+
+
+def _key_types(model: type[Model], index: Index[Any] | None) -> dict[str, str]:
+    """Attribute name -> DynamoDB type of every key a page of this query ends on: the table's
+    keys, and the index's too when it queries an index."""
+    attributes = [*_key_attributes(model), *(_key_attributes(index) if index is not None else [])]
+    return {attribute.attr_name: attribute.attr_type for attribute in attributes}
+
+
+def _key_attributes(source: type[Model] | Index[Any]) -> Iterator[Any]:
+    attributes = source.get_attributes() if isinstance(source, type) else type(source).Meta.attributes
+    return (attribute for attribute in attributes.values() if attribute.is_hash_key or attribute.is_range_key)

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pynamodb.exceptions import DoesNotExist
 
-from chalicelib.store.base import decode_cursor, encode_cursor, update_if
+from chalicelib.store.base import page, update_if
 from chalicelib.store.models import ConnectionItem
 from chalicelib.store.records import Connection, Page
 
@@ -33,9 +33,7 @@ def get(account_id: str, connection_id: str) -> Connection | None:
 
 def list_all(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
     """The account's connections."""
-    start = decode_cursor(cursor, account_id=account_id)
-    result = ConnectionItem.query(account_id, limit=limit, last_evaluated_key=start)
-    return Page(items=[_record(item) for item in result], next=encode_cursor(result.last_evaluated_key))
+    return page(ConnectionItem, account_id, limit=limit, cursor=cursor, record=_record)
 
 
 def revoke(account_id: str, connection_id: str, now: datetime) -> bool:

@@ -6,7 +6,7 @@ import itertools
 import secrets
 
 from chalicelib.clock import iso
-from chalicelib.store.base import decode_cursor, encode_cursor
+from chalicelib.store.base import page
 from chalicelib.store.models import HistoryItem
 from chalicelib.store.records import HistoryEvent, Page
 
@@ -30,10 +30,7 @@ def new_item(agent_id: str, event: HistoryEvent) -> HistoryItem:
 
 def list_events(agent_id: str, *, limit: int, cursor: str | None = None) -> Page:
     """The agent's events, newest first."""
-    start = decode_cursor(cursor, agent_id=agent_id)
-    result = HistoryItem.query(agent_id, scan_index_forward=False, limit=limit, last_evaluated_key=start)
-    items = [_record(item) for item in result]
-    return Page(items=items, next=encode_cursor(result.last_evaluated_key))
+    return page(HistoryItem, agent_id, limit=limit, cursor=cursor, record=_record, scan_index_forward=False)
 
 
 def _record(item: HistoryItem) -> HistoryEvent:

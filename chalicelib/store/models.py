@@ -41,6 +41,7 @@ AGENT_SK = "AGENT"
 PROMOTION_PREFIX = "P#"
 APPROVAL_PREFIX = "A#"
 HEAD_PREFIX = "T#"
+SESSION_PREFIX = "session#"
 SHARDS = 4  # partitions of each index the sweep reads: a sweep with nothing due makes 3 x SHARDS queries
 VERSION_PREFIX = "V#"
 
@@ -64,6 +65,10 @@ class AccountItem(Model):
     name = UnicodeAttribute()
     created_at = UTCDateTimeAttribute()
     toolbox_revision = NumberAttribute(default=0)
+    # keyless hosts a person allows agent-authored tools to call (`host` or `host:port`)
+    allowed_hosts = ListAttribute(of=UnicodeAttribute, null=True)
+    # moves on when a person ends every console session of the account
+    console_epoch = NumberAttribute(default=0)
 
 
 class AdminTokenItem(Model):
@@ -73,6 +78,19 @@ class AdminTokenItem(Model):
     token_hash = UnicodeAttribute(hash_key=True)
     account_id = UnicodeAttribute()
     created_at = UTCDateTimeAttribute()
+
+
+class ConsoleSessionItem(Model):
+    """A signed-in console session, in the admin-tokens table (both are what proves a person):
+    its key is `SESSION_PREFIX` + the SHA-256 of the session id, which no token hash can equal.
+    Signing out deletes it; `epoch` must equal the account's `console_epoch`."""
+
+    Meta = _meta("admin-tokens")
+    token_hash = UnicodeAttribute(hash_key=True)
+    account_id = UnicodeAttribute()
+    created_at = UTCDateTimeAttribute()
+    expires_at = UTCDateTimeAttribute()
+    epoch = NumberAttribute(default=0)
 
 
 class AgentsByAccount(GlobalSecondaryIndex["AgentSettingsItem"]):
@@ -142,6 +160,11 @@ class AgentSettingsItem(AgentPartitionItem, discriminator="agent"):
     outbox_shard = UnicodeAttribute(null=True)
     webhook_url = UnicodeAttribute(null=True)
     webhook_secret = BinaryAttribute(null=True, legacy_encoding=False)
+    # the connections the agent may call through; absent means all of the account's
+    connection_scope = ListAttribute(of=UnicodeAttribute, null=True)
+    # tools and versions the agent published with acquire on `acquire_day` (UTC), for its quota
+    acquire_day = UnicodeAttribute(null=True)
+    acquire_count = NumberAttribute(null=True)
     by_account = AgentsByAccount()
     to_review = AgentsToReview()
     outbox = AgentsToAnnounce()
@@ -188,12 +211,16 @@ class PromotionItem(AgentPartitionItem, discriminator="promotion"):
 
 
 class ApprovalItem(AgentPartitionItem, discriminator="approval"):
-    """A person allowed this agent to call this write tool; survives demotion and new versions."""
+    """A person's standing decision for this agent and this write tool: allow or deny, for the
+    request shape of the version they decided (a version with another shape asks again)."""
 
     vendor = UnicodeAttribute()
     name = UnicodeAttribute()
     approved_by = UnicodeAttribute()
     approved_at = UTCDateTimeAttribute()
+    decision = UnicodeAttribute(default="allow")
+    version = NumberAttribute(null=True)
+    shape = JSONAttribute(null=True)
 
 
 class ToolboxItem(Model):

@@ -28,6 +28,7 @@ class Agent:
     created_at: datetime
     size: int = 0
     webhook_url: str | None = None
+    connection_scope: tuple[str, ...] | None = None  # None: every connection of the account
 
 
 @dataclass(frozen=True)
@@ -43,14 +44,22 @@ class Promotion:
     due_cause: str | None = None
 
 
+ALLOW = "allow"
+DENY = "deny"
+
+
 @dataclass(frozen=True)
 class Approval:
-    """A person's permission for one agent to call one write tool."""
+    """A person's standing decision (`allow` or `deny`) for one agent and one write tool, for the
+    request shape of the version they decided."""
 
     vendor: str
     name: str
     approved_by: str
     approved_at: datetime
+    decision: str = ALLOW
+    version: int | None = None
+    shape: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,9 +87,14 @@ class AgentState:
         """The promotion of (vendor, name), if it is in the working set."""
         return next((p for p in self.promotions if (p.vendor, p.name) == (vendor, name)), None)
 
-    def is_approved(self, vendor: str, name: str) -> bool:
-        """True when a person approved this agent's calls of (vendor, name)."""
-        return any((a.vendor, a.name) == (vendor, name) for a in self.approvals)
+    def decision(self, vendor: str, name: str) -> Approval | None:
+        """A person's standing decision on this agent's calls of (vendor, name), if any."""
+        return next((a for a in self.approvals if (a.vendor, a.name) == (vendor, name)), None)
+
+    def may_use(self, connection_id: str) -> bool:
+        """True when the agent's connection scope admits this connection."""
+        scope = self.agent.connection_scope
+        return scope is None or connection_id in scope
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist
 
 from chalicelib.store.agents import due_fields
-from chalicelib.store.base import ConditionFailed, decode_cursor, encode_cursor, transaction
+from chalicelib.store.base import ConditionFailed, page, transaction
 from chalicelib.store.models import (
     AGENT_SK,
     AgentSettingsItem,
@@ -24,7 +24,7 @@ from chalicelib.store.models import (
     approval_sk,
     promotion_sk,
 )
-from chalicelib.store.records import Page, Run
+from chalicelib.store.records import ALLOW, DENY, Page, Run
 
 AWAITING = "awaiting_approval"
 RUNNING = "running"
@@ -75,8 +75,9 @@ def finish(run: Run, status: str, now: datetime, *, result: dict[str, Any] | Non
     return _end(run, actions, RunItem.status == RUNNING)
 
 
-def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime) -> bool:
-    """Move a waiting run to running and remember the approval for its agent and tool.
+def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime, *, shape: dict[str, Any]) -> bool:
+    """Move a waiting run to running and remember the approval for its agent, tool and request
+    shape (replacing any earlier decision on that tool).
 
     Only one of any number of concurrent approvals wins (False for the others).
     """
@@ -93,10 +94,7 @@ def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime) 
                 ],
                 condition=(RunItem.status == AWAITING) & (RunItem.lease_expires_at > now),
             )
-            write.save(ApprovalItem(
-                agent_id=run.agent_id, sk=approval_sk(run.vendor, run.name), vendor=run.vendor,
-                name=run.name, approved_by=approver, approved_at=now,
-            ))
+            write.save(_decision(run, ALLOW, approver, now, shape))
             write.update(
                 AgentSettingsItem(agent_id=run.agent_id, sk=AGENT_SK),
                 actions=[AgentSettingsItem.leases[run.run_id].set(lease_expires_at.timestamp())],
@@ -107,11 +105,12 @@ def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime) 
     return True
 
 
-def deny(run: Run, approver: str, now: datetime) -> bool:
-    """End a waiting run without executing it. False if it was not waiting any more."""
+def deny(run: Run, approver: str, now: datetime, *, shape: dict[str, Any]) -> bool:
+    """End a waiting run without executing it, and let the denial stand for its agent, tool and
+    request shape. False if it was not waiting any more."""
     actions = [RunItem.status.set("denied"), RunItem.updated_at.set(now), RunItem.decided_by.set(approver),
                RunItem.pending_account_id.remove()]
-    return _end(run, actions, RunItem.status == AWAITING)
+    return _end(run, actions, RunItem.status == AWAITING, also=_decision(run, DENY, approver, now, shape))
 
 
 def expire(run: Run, now: datetime) -> bool:
@@ -121,7 +120,7 @@ def expire(run: Run, now: datetime) -> bool:
     return _end(run, actions, condition)
 
 
-def _end(run: Run, actions: list[Any], condition: Any) -> bool:
+def _end(run: Run, actions: list[Any], condition: Any, *, also: ApprovalItem | None = None) -> bool:
     try:
         with transaction() as write:
             write.update(RunItem(run_id=run.run_id), actions=actions, condition=condition)
@@ -129,9 +128,18 @@ def _end(run: Run, actions: list[Any], condition: Any) -> bool:
                 AgentSettingsItem(agent_id=run.agent_id, sk=AGENT_SK),
                 actions=[AgentSettingsItem.leases[run.run_id].remove()],
             )
+            if also is not None:
+                write.save(also)
     except ConditionFailed:
         return False
     return True
+
+
+def _decision(run: Run, decision: str, approver: str, now: datetime, shape: dict[str, Any]) -> ApprovalItem:
+    return ApprovalItem(
+        agent_id=run.agent_id, sk=approval_sk(run.vendor, run.name), vendor=run.vendor, name=run.name,
+        approved_by=approver, approved_at=now, decision=decision, version=run.version, shape=shape,
+    )
 
 
 def get(run_id: str) -> Run | None:
@@ -144,18 +152,13 @@ def get(run_id: str) -> Run | None:
 
 def list_for_agent(agent_id: str, *, limit: int, cursor: str | None = None) -> Page:
     """An agent's runs, newest first."""
-    start_key = decode_cursor(cursor, agent_id=agent_id)
-    result = RunItem.by_agent.query(agent_id, scan_index_forward=False, limit=limit, last_evaluated_key=start_key)
-    items = [_record(item) for item in result]
-    return Page(items=items, next=encode_cursor(result.last_evaluated_key))
+    return page(RunItem, agent_id, index=RunItem.by_agent, limit=limit, cursor=cursor, record=_record,
+                scan_index_forward=False)
 
 
 def list_pending(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
     """The account's runs waiting for a person, oldest first."""
-    start_key = decode_cursor(cursor, pending_account_id=account_id)
-    result = RunItem.pending_by_account.query(account_id, limit=limit, last_evaluated_key=start_key)
-    items = [_record(item) for item in result]
-    return Page(items=items, next=encode_cursor(result.last_evaluated_key))
+    return page(RunItem, account_id, index=RunItem.pending_by_account, limit=limit, cursor=cursor, record=_record)
 
 
 def _item(run: Run) -> RunItem:

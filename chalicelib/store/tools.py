@@ -8,7 +8,7 @@ from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
 
-from chalicelib.store.base import decode_cursor, encode_cursor, transaction
+from chalicelib.store.base import page, transaction
 from chalicelib.store.models import (
     HEAD_PREFIX,
     VERSION_PREFIX,
@@ -54,12 +54,8 @@ def list_heads(account_id: str) -> list[ToolVersion]:
 
 def page_heads(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
     """One page of the toolbox, ordered by vendor then name."""
-    start = decode_cursor(cursor, account_id=account_id)
-    result = ToolHeadItem.query(
-        account_id, ToolboxItem.sk.startswith(HEAD_PREFIX), limit=limit, last_evaluated_key=start
-    )
-    items = [_record(item) for item in result]
-    return Page(items=items, next=encode_cursor(result.last_evaluated_key))
+    return page(ToolHeadItem, account_id, limit=limit, cursor=cursor, record=_record,
+                range_key_condition=ToolboxItem.sk.startswith(HEAD_PREFIX))
 
 
 def list_versions(account_id: str, vendor: str, name: str) -> list[ToolVersion]:

@@ -264,3 +264,36 @@ def test_toolbox_and_connections_pages(page: Any, browser: Any, console_stack: S
     shot(small, "13-agent-phone")
     phone.close()
     assert width <= PHONE["width"]
+
+
+def test_account_page_allow_list_and_sign_out_everywhere(page: Any, browser: Any, console_stack: Stack) -> None:
+    # GIVEN a second browser signed in to the same account
+    other = browser.new_context(viewport=LAPTOP)
+    elsewhere = other.new_page()
+    sign_in(elsewhere, console_stack)
+    # WHEN the person opens Account from the navigation and saves a bad allow list
+    page.click("nav >> text=Account")
+    page.wait_for_url(re.compile(r"/console/account$"))
+    page.fill("#allowed_hosts", "api.example.com\nhttps://status.example.org")
+    page.click("#allowed-hosts button:has-text('Save')")
+    # THEN the reason is shown, what was typed is kept, and nothing is saved
+    assert "Nothing was saved." in page.locator("#allowed-hosts [role=alert]").inner_text()
+    assert page.locator("#allowed_hosts").input_value() == "api.example.com\nhttps://status.example.org"
+    assert console_stack.admin("GET", "/v1/account")[1] == {"allowed_hosts": []}
+    # WHEN a valid list is saved
+    page.fill("#allowed_hosts", "api.example.com, status.example.org:8443")
+    page.click("#allowed-hosts button:has-text('Save')")
+    # THEN it is saved and shown one host a line
+    expect(page.locator(".notice.ok")).to_have_text("Allowed hosts saved.")
+    assert page.locator("#allowed_hosts").input_value() == "api.example.com\nstatus.example.org:8443"
+    assert console_stack.admin("GET", "/v1/account")[1] == {"allowed_hosts": ["api.example.com",
+                                                                              "status.example.org:8443"]}
+    shot(page, "14-account")
+    # WHEN the person signs out everywhere
+    page.click("button:has-text('Sign out everywhere')")
+    # THEN this browser is at sign-in, and the other browser's next page asks it to sign in too
+    page.wait_for_url(re.compile(r"/console/sign-in$"))
+    elsewhere.goto(f"{console_stack.url}/console/agents")
+    assert "/console/sign-in?next=" in elsewhere.url
+    other.close()
+    console_stack.admin("PUT", "/v1/account/allowed-hosts", {"allowed_hosts": []})

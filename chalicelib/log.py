@@ -1,0 +1,73 @@
+"""Structured log lines: one JSON object per line through the stdlib logger "workset" (the
+Chalice app's own logger, so Lambda sends them to CloudWatch with the app's other lines).
+
+Fields are named facts (ids, counts, kinds). Never pass a secret, a token or a request body: a
+field whose name says it is one is written as "[withheld]".
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from chalicelib import jsontext
+
+LOGGER = "workset"
+TRACE_FRAMES = 5  # the innermost frames: enough to find the line, short enough to read
+MESSAGE_CHARS = 500
+_WITHHELD = ("authorization", "body", "cookie", "key", "password", "secret", "token")
+
+
+def event(kind: str, **fields: Any) -> None:
+    """Log that something happened (INFO)."""
+    _emit(logging.INFO, kind, fields)
+
+
+def failure(kind: str, error: BaseException, **fields: Any) -> None:
+    """Log an unexpected exception (ERROR): its class, its message and the innermost frames of
+    its traceback (file, line, function; no locals, no source text)."""
+    frames = traceback.extract_tb(error.__traceback__)[-TRACE_FRAMES:]
+    _emit(logging.ERROR, kind, {
+        **fields,
+        "error": type(error).__name__,
+        "message": _message(error),
+        "trace": [f"{_short(frame.filename)}:{frame.lineno} {frame.name}" for frame in frames],
+    })
+
+
+def request_id(context: Mapping[str, Any] | None) -> str:
+    """API Gateway's id for the request (`requestContext.requestId`), or a new one where there
+    is none (chalice local, the test client)."""
+    given = (context or {}).get("requestId")
+    if isinstance(given, str) and given and jsontext.text_fault(given) is None:
+        return given
+    return uuid.uuid4().hex
+
+
+def _emit(level: int, kind: str, fields: dict[str, Any]) -> None:
+    logger = logging.getLogger(LOGGER)
+    if not logger.isEnabledFor(level):
+        return
+    kept = {name: "[withheld]" if any(word in name.lower() for word in _WITHHELD) else value
+            for name, value in fields.items()}
+    try:
+        line = jsontext.dumps({"kind": kind, **kept})
+    except (TypeError, ValueError, RecursionError):  # a field that is not JSON: keep the line, say so
+        line = jsontext.dumps({"kind": kind, "unloggable_fields": sorted(kept)})
+    logger.log(level, line)
+
+
+def _message(error: BaseException) -> str:
+    try:
+        text = str(error)
+    except Exception:  # an exception whose __str__ fails must not take the log line with it
+        text = "(the message could not be read)"
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"
+
+
+def _short(filename: str) -> str:
+    """`chalicelib/toolbox.py`, not the machine's whole path."""
+    return "/".join(filename.replace("\\", "/").split("/")[-2:])
