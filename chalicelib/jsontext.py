@@ -55,7 +55,8 @@ def loads(raw: bytes | bytearray | str) -> Any:
     except RecursionError:
         raise JsonRefused("depth", f"the JSON is nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as error:
-        raise JsonRefused("syntax", f"not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+        where = f"line {error.lineno} column {error.colno}"
+        raise JsonRefused("syntax", f"not valid JSON ({error.msg} at {where})") from None
     except ValueError:  # an integer too long for Python to read
         raise JsonRefused("number", "a number is too large") from None
     _inspect(value)

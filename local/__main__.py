@@ -32,13 +32,14 @@ def main() -> None:
 
     # Only now may the app and the store be imported: they read the endpoint at import.
     from chalice.config import Config
-    from chalice.local import ChaliceRequestHandler, LocalChalice, LocalDevServer
+    from chalice.local import LocalChalice, LocalDevServer
 
     from app import app
     from chalicelib import accounts
     from chalicelib.clock import utcnow
     from chalicelib.store import tables, vault
     from local import demo, workers
+    from local.http import Handler
     from local.snapshot import KmsKeys, Snapshots
 
     names = tables.create_all()
@@ -60,9 +61,6 @@ def main() -> None:
     vendor = demo.start_vendor(demo_port)
     if not args.no_demo:
         _seed_demo(account_id, f"http://127.0.0.1:{vendor.server_address[1]}")
-
-    class Handler(ChaliceRequestHandler):
-        disable_nagle_algorithm = True  # keep-alive MCP clients otherwise wait ~40 ms per answer
 
     class LocalApp(LocalChalice, app.__class__):  # type: ignore[misc]
         pass

@@ -569,7 +569,7 @@ def test_revoking_confirms_which_agents_tools_it_demotes_then_demotes_them(conso
                                                                            agent: dict[str, Any]) -> None:
     # GIVEN a connection, a tool using it promoted for one agent
     created = admin.call("POST", "/v1/connections", {"vendor": "unleashed", "auth": {"type": "bearer", "token": "t"},
-                                                      "hosts": ["127.0.0.1"]}).json_body
+                                                      "hosts": ["127.0.0.1:9"]}).json_body
     admin.publish(connection=created["id"])
     admin.call("POST", f"/v1/agents/{agent['id']}/working-set", {"vendor": "unleashed", "name": "list-sales-orders"})
     # WHEN the person asks to revoke it

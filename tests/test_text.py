@@ -290,7 +290,7 @@ def test_a_query_parameter_that_is_not_text_is_400(admin: Admin, query: str) -> 
     assert strict_json(answer.body)["error"]["code"] == "invalid_input"
 
 
-@pytest.mark.parametrize("value", ["²", "٣", "0", "101", "-1", "1.0", " 5", "", "1e2", "0x10", "99999999999999999999"])
+@pytest.mark.parametrize("value", ["²", "٣", "0", "101", "-1", "1.0", " 5", "", "1e2", "0x10", "9" * 20])
 def test_a_limit_that_is_not_a_small_ascii_integer_is_400(admin: Admin, value: str) -> None:
     answer = admin.call("GET", f"/v1/agents?limit={value}")
     assert answer.status_code == 400
@@ -509,5 +509,6 @@ def test_log_lines_are_json_and_withhold_secrets(logged: Any) -> None:
 
 
 def test_the_request_id_is_api_gateways_or_a_new_one() -> None:
-    assert log.request_id({"requestId": "c6af9ac6-7b61-11e6-9a41-93e8deadbeef"}) == "c6af9ac6-7b61-11e6-9a41-93e8deadbeef"
+    given = "c6af9ac6-7b61-11e6-9a41-93e8deadbeef"
+    assert log.request_id({"requestId": given}) == given
     assert log.request_id({}) != log.request_id(None)

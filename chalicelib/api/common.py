@@ -100,7 +100,9 @@ def _check_parameters(path_params: dict[str, str]) -> None:
         if (fault := jsontext.text_fault(value, escaped=True)) is not None:
             raise InvalidInput(f"{name} {fault}", field=name)
     query_params = bp.current_request.query_params
-    for name in query_params or {}:
+    if not query_params:
+        return
+    for name in query_params:
         if (fault := jsontext.text_fault(name)) is not None:
             raise InvalidInput(f"a query parameter's name {fault}")
         for value in query_params.getlist(name):

@@ -84,10 +84,10 @@ def _route(path: str, method: str) -> Callable[[Callable[..., Response]], Any]:
                 _check_text(params, escaped=True)
                 _check_text(query)
             except InvalidInput as error:
-                refusal = {"title": _TITLES[400], "message": error.message}
                 if session is None:
-                    return render("error.html", 400, signed_in=False, csrf="", **refusal)
-                return Ctx(session, now).render("error.html", 400, **refusal)
+                    return render("error.html", 400, signed_in=False, csrf="", title=_TITLES[400],
+                                  message=error.message)
+                return Ctx(session, now).render("error.html", 400, title=_TITLES[400], message=error.message)
             if session is None:
                 return redirect("/console/sign-in", next=_current_path(path, params) if method == "GET" else None)
             ctx = Ctx(session, now, params=query)

@@ -103,7 +103,7 @@ def parse_message(raw: bytes) -> dict[str, Any]:
     return message
 
 
-def identify(raw: bytes) -> tuple[str | int | None, bool]:
+def identify(raw: bytes | str) -> tuple[str | int | None, bool]:
     """Best effort, never raising: the request's id (when usable) and whether it is modern, for
     answering a request whose handling failed."""
     try:
@@ -115,7 +115,7 @@ def identify(raw: bytes) -> tuple[str | int | None, bool]:
     return _usable_id(message.get("id")), is_modern(message)
 
 
-def _surrogate_error(raw: bytes, refused: jsontext.JsonRefused) -> ProtocolError:
+def _surrogate_error(raw: bytes | str, refused: jsontext.JsonRefused) -> ProtocolError:
     # The text is valid JSON (only a string's content was refused), so the lenient parser reads
     # it; the id is answered only if it is itself clean.
     message = json.loads(raw)

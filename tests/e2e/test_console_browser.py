@@ -234,7 +234,7 @@ def test_toolbox_and_connections_pages(page: Any, browser: Any, console_stack: S
     page.select_option("#auth_type", "header")
     page.fill("#header_name", "X-Api-Key")
     page.fill("#secret", "sk-browser-secret")
-    page.fill("#hosts", "127.0.0.1")
+    page.fill("#hosts", "127.0.0.1:9")
     page.click("button:has-text('Add connection')")
     # THEN it is listed, and its secret appears nowhere
     assert "added" in page.locator(".notice.ok").inner_text()

@@ -120,3 +120,28 @@ def test_the_local_stack_runs_the_sweep_by_itself(tmp_path: Path) -> None:
         assert (history[0]["name"], history[0]["cause"]) == ("first", "cap")
     finally:
         stop_stack(stack)
+
+
+def test_an_oversized_body_is_refused_from_its_headers_before_it_is_read(stack) -> None:  # noqa: ANN001
+    # GIVEN a client that announces 100 MB and sends only a few bytes
+    host, port = stack.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Authorization: Bearer wsk_x_y\r\nContent-Length: 100000000\r\n\r\n{\"jsonrpc\"")
+        # WHEN it waits for an answer (a server reading the whole body would wait for the rest: the
+        # socket's timeout would fail the test)
+        answer = b""
+        while chunk := raw.recv(4096):  # the server closes the connection after its answer
+            answer += chunk
+    # THEN the answer is 413 at once, and the stack goes on serving
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+    assert b'"too_large"' in answer
+    status, _ = stack.admin("GET", "/v1/agents")
+    assert status == 200
+
+
+def test_a_chunked_body_is_refused_before_it_is_read(stack) -> None:  # noqa: ANN001
+    host, port = stack.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(b"POST /v1/agents HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        assert raw.recv(4096).decode().startswith("HTTP/1.1 411")

@@ -1,0 +1,46 @@
+"""The local stack's HTTP request handler: Chalice's own, without Nagle's delay, and refusing a
+body over the size limit from its headers, before reading it (API Gateway caps bodies the same
+way in AWS)."""
+
+from __future__ import annotations
+
+import json
+
+from chalice.local import ChaliceRequestHandler
+
+from chalicelib.config import settings
+
+
+class Handler(ChaliceRequestHandler):
+    """Chalice's local handler with the two changes the local stack needs."""
+
+    disable_nagle_algorithm = True  # keep-alive MCP clients otherwise wait ~40 ms per answer
+
+    def _checked_handle(self) -> None:
+        refusal = self._refusal()
+        if refusal is None:
+            self._generic_handle()
+            return
+        status, code, message = refusal
+        body = json.dumps({"error": {"code": code, "message": message}}).encode()
+        self.close_connection = True  # the unread body must not be taken for the next request
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _refusal(self) -> tuple[int, str, str] | None:
+        """Why the request's body must not be read, from its headers alone."""
+        if self.headers.get("transfer-encoding"):
+            return 411, "length_required", "send the body with a Content-Length (chunked bodies are not accepted)"
+        declared = self.headers.get("content-length", "0").strip()
+        if not declared.isascii() or not declared.isdigit():
+            return 400, "invalid_input", "Content-Length must be a number of bytes"
+        limit = settings().max_request_bytes
+        if int(declared) > limit:
+            return 413, "too_large", f"the body is larger than {limit} bytes"
+        return None
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = do_OPTIONS = _checked_handle
