@@ -22,6 +22,7 @@ from chalicelib.errors import InvalidInput, NotFound, Unauthorized, WorksetError
 from chalicelib.store import accounts as account_store
 from chalicelib.store import agents as agent_store
 from chalicelib.store import connections as connection_store
+from chalicelib.store import sessions as session_store
 from chalicelib.store.base import ConditionFailed
 from chalicelib.store.records import Account, Agent, AgentState, Page
 from chalicelib.validation import parse
@@ -195,6 +196,11 @@ def set_allowed_hosts(account_id: str, payload: Any) -> tuple[str, ...]:
     entries = list(dict.fromkeys(request.allowed_hosts))
     account_store.set_allowed_hosts(account_id, entries)
     return tuple(entries)
+
+
+def end_console_sessions(account_id: str) -> None:
+    """End every console session of the account (every browser signs in again)."""
+    session_store.end_all_sessions(account_id)
 
 
 def _connection_scope(account_id: str, scope: str | list[str]) -> list[str] | None:

@@ -1,5 +1,7 @@
-"""Structured log lines: one JSON object per line through the stdlib logger "workset" (the
-Chalice app's own logger, so Lambda sends them to CloudWatch with the app's other lines).
+"""Structured log lines: one JSON object per line on standard output (which Lambda sends to
+CloudWatch), through the stdlib logger "workset.events". It does not propagate to Chalice's own
+"workset" logger, which keeps only errors and prefixes every line with text that would break the
+JSON.
 
 Fields are named facts (ids, counts, kinds). Never pass a secret, a token or a request body: a
 field whose name says it is one is written as "[withheld]".
@@ -8,6 +10,7 @@ field whose name says it is one is written as "[withheld]".
 from __future__ import annotations
 
 import logging
+import sys
 import traceback
 import uuid
 from collections.abc import Mapping
@@ -15,7 +18,7 @@ from typing import Any
 
 from chalicelib import jsontext
 
-LOGGER = "workset"
+LOGGER = "workset.events"
 TRACE_FRAMES = 5  # the innermost frames: enough to find the line, short enough to read
 MESSAGE_CHARS = 500
 _WITHHELD = ("authorization", "body", "cookie", "key", "password", "secret", "token")
@@ -45,6 +48,22 @@ def request_id(context: Mapping[str, Any] | None) -> str:
     if isinstance(given, str) and given and jsontext.text_fault(given) is None:
         return given
     return uuid.uuid4().hex
+
+
+def _setup() -> logging.Logger:
+    """The events logger with its own plain handler (set up once, at import)."""
+    logger = logging.getLogger(LOGGER)
+    if not any(getattr(handler, "workset", False) for handler in logger.handlers):
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.workset = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    return logger
+
+
+_setup()
 
 
 def _emit(level: int, kind: str, fields: dict[str, Any]) -> None:

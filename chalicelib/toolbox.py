@@ -8,10 +8,9 @@ from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from chalicelib import accounts, connections, hosts
+from chalicelib import accounts, connections, hosts, schemas
 from chalicelib.config import settings
 from chalicelib.errors import (
     Conflict,
@@ -161,12 +160,7 @@ class ToolSpec(BaseModel):
     def _object_schema(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
         if value is None or (info.context or {}).get("stored"):
             return value  # a stored definition was checked when it was published
-        if value.get("type") != "object":
-            raise ValueError("must be a JSON Schema whose root has type: object")
-        try:
-            jsonschema.Draft202012Validator.check_schema(value)
-        except jsonschema.SchemaError as error:
-            raise ValueError(f"is not a valid JSON Schema: {error.message}") from None
+        schemas.check_publishable(value)
         return value
 
     @model_validator(mode="after")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-import jsonschema
 from pydantic import BaseModel, ValidationError
 
+from chalicelib import schemas
 from chalicelib.errors import InvalidInput
 
 M = TypeVar("M", bound=BaseModel)
@@ -39,9 +39,13 @@ def _invalid(error: ValidationError) -> InvalidInput:
 
 
 def check_instance(schema: dict[str, Any], instance: Any, *, root: str = "input") -> None:
-    """Validate a tool's input against its JSON Schema; the most relevant error names its field."""
-    validator = jsonschema.Draft202012Validator(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
+    """Validate a tool's input against its JSON Schema; the most relevant error names its field.
+    A schema that cannot be applied safely (it refers outside itself, recursion, too much work)
+    is InvalidInput too, never a crash or a fetch."""
+    try:
+        error = schemas.best_error(schema, instance)
+    except schemas.SchemaUnusable as problem:
+        raise InvalidInput(f"{root}: {problem}", field=root) from None
     if error is None:
         return
     path = [str(part) for part in error.absolute_path]

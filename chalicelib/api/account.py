@@ -7,7 +7,6 @@ from typing import Any
 
 from chalicelib import accounts
 from chalicelib.api.common import admin_route, body
-from chalicelib.store import sessions as session_store
 
 
 @admin_route("/v1/account", "GET")
@@ -22,5 +21,5 @@ def set_allowed_hosts(account_id: str) -> dict[str, Any]:
 
 @admin_route("/v1/console-sessions/revoke", "POST")
 def revoke_console_sessions(account_id: str) -> dict[str, Any]:
-    session_store.end_all_sessions(account_id)
+    accounts.end_console_sessions(account_id)
     return {"revoked": True}

@@ -80,7 +80,8 @@ def optional_body() -> dict[str, Any]:
 
 def query(name: str) -> str | None:
     """A query parameter (already judged clean by `admin_route`)."""
-    return (bp.current_request.query_params or {}).get(name)
+    params = bp.current_request.query_params
+    return params.get(name) if params else None
 
 
 def limit() -> int:

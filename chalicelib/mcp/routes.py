@@ -34,13 +34,14 @@ def mcp_post() -> Response:
     headers = {name.lower(): value for name, value in request.headers.items()}
     if not _origin_allowed(headers.get("origin"), headers.get("host")):
         return json_response(403, {"error": {"code": "forbidden_origin", "message": "this Origin may not call /mcp"}})
-    raw = request.raw_body or b""
+    body = request.raw_body or b""
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body  # bytes reach jsontext.loads
     if len(raw) > settings().max_request_bytes:
         error = TooLarge(f"the body is larger than {settings().max_request_bytes} bytes")
         return json_response(error.status, {"error": error.to_dict()})
     answer = server.handle(raw, headers)
     if answer.body is None:
-        return Response(body="", status_code=answer.status, headers=answer.headers)
+        return Response(body="", status_code=answer.status, headers={**answer.headers})
     if answer.events:
         return _event_stream(answer)
     return json_response(answer.status, answer.body, answer.headers)
