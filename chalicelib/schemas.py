@@ -1,8 +1,8 @@
 """Tool schemas: agents and admins write them, so every one is treated as hostile.
 
-Publishing refuses what the validator could not run safely: nesting deeper than jsonschema's own
-recursion survives, references that leave the schema, `$id` and dynamic references, reference
-cycles that never consume the input, and patterns RE2 cannot compile.
+Publishing refuses what the validator could not run safely: references that leave the schema,
+`$id` and dynamic references, reference cycles that never consume the input, fan-out that applies
+too many subschemas to one value, and patterns RE2 cannot compile.
 
 The instance validator is Draft 2020-12 with these changes: its registry never retrieves (no
 network, no files), every keyword that runs a regular expression runs it on RE2 (linear time,
@@ -29,7 +29,6 @@ from jsonschema.exceptions import best_match
 Path = tuple[str | int, ...]
 Keyword = Callable[[Any, Any, Any, dict[str, Any]], Any]
 
-MAX_DEPTH = 64  # JSON nesting; check_schema itself dies of RecursionError near 200
 MAX_NESTING = 120  # keywords applied within keywords while checking one input
 MAX_EXPANSION = 10_000  # subschemas applied to one value through $ref, allOf, anyOf, ... together
 # Work units per check (one is 1-5 µs): a keyword costs 1 (a $ref 5), an error 1, and 1 per 8
@@ -65,8 +64,7 @@ def check_publishable(schema: dict[str, Any]) -> None:
     """Refuse (ValueError naming where) a tool schema the validator could not run safely."""
     if schema.get("type") != "object":
         raise ValueError("must be a JSON Schema whose root has type: object")
-    _check_depth(schema)  # before check_schema, which recurses
-    try:
+    try:  # recursive; every entrance reads JSON at most jsontext.MAX_DEPTH (64) deep: safe
         Draft202012Validator.check_schema(schema)
     except SchemaError as error:
         raise ValueError(f"is not a valid JSON Schema: {error.message}") from None
@@ -92,16 +90,6 @@ def best_error(schema: dict[str, Any], instance: Any) -> ValidationError | None:
 
 
 # Publishing -------------------------------------------------------------------------------------
-
-def _check_depth(schema: dict[str, Any]) -> None:
-    pending: list[tuple[Any, Path]] = [(schema, ())]
-    while pending:
-        node, path = pending.pop()
-        if len(path) > MAX_DEPTH:
-            raise ValueError(f"nests deeper than {MAX_DEPTH} levels {_at(path)}")
-        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        pending.extend((child, (*path, key)) for key, child in children if isinstance(child, dict | list))
-
 
 def _survey(schema: dict[str, Any]) -> dict[Path, list[Path]]:
     """Check every subschema the validator could reach, through keywords and through `$ref`;

@@ -950,7 +950,7 @@ def exercise_store() -> set[str]:
     from datetime import timedelta
 
     from chalicelib.clock import utcnow
-    from chalicelib.store import accounts, agents, connections, history, outbox, runs, sweep, tools, vault
+    from chalicelib.store import accounts, agents, connections, history, outbox, runs, sessions, sweep, tools, vault
     from chalicelib.store.agents import DemotionGuard, News
     from chalicelib.store.records import Agent, Connection, HistoryEvent, Promotion, Run
 
@@ -966,6 +966,16 @@ def exercise_store() -> set[str]:
     run(accounts.add_admin_token, "acct", "token-hash-2", now)
     assert run(accounts.account_of_token, "token-hash-2") == "acct"
     assert run(accounts.get_account, "acct") is not None
+    run(accounts.set_allowed_hosts, "acct", ["api.acme.test"])
+    assert run(accounts.get_allowed_hosts, "acct") == ("api.acme.test",)
+    # Console sessions live beside the admin tokens; ending all of them moves the account's epoch.
+    run(sessions.create_session, "session-hash", "acct", now, now + timedelta(hours=1))
+    assert run(sessions.load_session, "session-hash").account_id == "acct"
+    assert run(sessions.console_epoch, "acct") == 0
+    run(sessions.end_all_sessions, "acct")
+    assert sessions.console_epoch("acct") == 1
+    run(sessions.delete_session, "session-hash")
+    assert sessions.load_session("session-hash") is None
     agent = Agent(agent_id="a1", account_id="acct", name="hermes", cap=5, idle_window_days=7, created_at=now,
                   webhook_url="https://hooks.acme.test/workset")
     # The webhook's signing secret is sealed as notify.seal_secret does: the agent id goes in the
@@ -1031,11 +1041,18 @@ def exercise_store() -> set[str]:
     runs.start(r2, use_due_at=None)
     runs.start(r3, use_due_at=None)
     assert [r.run_id for r in run(runs.list_pending, "acct", limit=10).items] == ["r2", "r3"]
-    assert run(runs.approve, r2, "admin", lease, now) is True
-    assert runs.approve(r2, "admin", lease, now) is False  # only one approval wins
-    assert agents.load_state("a1").is_approved("acme", "orders")
-    assert run(runs.deny, r3, "admin", now) is True
+    shape = {"method": "POST", "host": "api.acme.test"}
+    assert run(runs.approve, r2, "admin", lease, now, shape=shape) is True
+    assert runs.approve(r2, "admin", lease, now, shape=shape) is False  # only one approval wins
+    assert agents.load_state("a1").decision("acme", "orders").shape == shape
+    assert run(runs.deny, r3, "admin", now, shape=shape) is True
     assert runs.get("r3").status == "denied"
+    assert agents.load_state("a1").decision("acme", "orders").decision == "deny"
+    assert run(agents.remove_decision, "a1", "acme", "orders") is True
+    assert agents.remove_decision("a1", "acme", "orders") is False
+    assert run(agents.count_acquire, "a1", "2026-11-30", 1) is True
+    assert agents.count_acquire("a1", "2026-11-30", 1) is False  # the day's quota is spent
+    assert agents.count_acquire("a1", "2026-12-01", 1) is True  # a new day
     assert runs.list_pending("acct", limit=10).items == []
     r4 = new_run(4, runs.RUNNING, lease_expires_at=now)
     runs.start(r4, use_due_at=week)
@@ -1126,7 +1143,8 @@ def exercise_store() -> set[str]:
 NOT_CALLED_BY_THE_FUNCTION = {"base", "models", "records", "tables"}
 # Public store functions that build items, attributes or update actions without calling AWS.
 PURE = {"chalicelib.store.history.new_item", "chalicelib.store.agents.due_fields",
-        "chalicelib.store.agents.review_actions"}
+        "chalicelib.store.agents.review_actions", "chalicelib.store.agents.decision_record",
+        "chalicelib.store.base.page"}
 # Public store functions that only the local stack and tests call: the deployed function must
 # not be able to (the template makes the key and its alias), or need not (the template makes the
 # queues, and Lambda's event sources receive and delete their messages).

@@ -127,6 +127,7 @@ async def test_a_revoked_connection(stack: Stack, vendor: Vendor, mode: str) -> 
 async def test_acquire_then_call_first_class_and_through_run_tool(stack: Stack, vendor: Vendor, mode: str) -> None:
     shop = f"shop{uuid.uuid4().hex[:8]}"
     agent = stack.new_agent()
+    allow_host(stack, vendor.url.removeprefix("http://"))
     async with connect(stack, agent["api_key"], mode) as client:
         acquired = await client.call_tool("acquire", {
             "vendor": shop, "name": "list-stock", "description": "List stock levels.",
@@ -145,14 +146,32 @@ async def test_acquire_then_call_first_class_and_through_run_tool(stack: Stack, 
 async def test_a_cloud_metadata_url_is_refused(stack: Stack, mode: str) -> None:
     shop = f"shop{uuid.uuid4().hex[:8]}"
     agent = stack.new_agent()
+    steal = {"vendor": shop, "name": "steal", "description": "Read instance credentials.",
+             "input_schema": {"type": "object"}, "annotations": {"readOnlyHint": True},
+             "request": {"method": "GET", "url": "http://169.254.169.254/latest/meta-data/iam/"}}
     async with connect(stack, agent["api_key"], mode) as client:
-        await client.call_tool("acquire", {
-            "vendor": shop, "name": "steal", "description": "Read instance credentials.",
-            "input_schema": {"type": "object"}, "annotations": {"readOnlyHint": True},
-            "request": {"method": "GET", "url": "http://169.254.169.254/latest/meta-data/iam/"}})
-        result = await client.call_tool("run_tool", {"vendor": shop, "name": "steal", "input": {}})
+        # an agent may not author a tool for a host no person allowed
+        refused = await client.call_tool("acquire", steal)
+        assert refused.structured_content["error"]["code"] == "host_not_allowed"
+        # and even where a person allowed it by mistake, the outbound guard refuses the address
+        kept = stack.admin("GET", "/v1/account")[1]["allowed_hosts"]
+        allow_host(stack, "169.254.169.254")
+        try:
+            await client.call_tool("acquire", steal)
+            result = await client.call_tool("run_tool", {"vendor": shop, "name": "steal", "input": {}})
+        finally:
+            stack.admin("PUT", "/v1/account/allowed-hosts", {"allowed_hosts": kept})
         assert result.is_error is True
         assert result.structured_content["error"]["code"] == "forbidden_destination"
+
+
+def allow_host(stack: Stack, entry: str) -> None:
+    """Add `entry` to the account's keyless hosts (keeping what other tests added)."""
+    status, account = stack.admin("GET", "/v1/account")
+    assert status == 200, account
+    status, saved = stack.admin("PUT", "/v1/account/allowed-hosts",
+                                {"allowed_hosts": [*account["allowed_hosts"], entry]})
+    assert status == 200, saved
 
 
 @pytest.fixture(scope="module")
