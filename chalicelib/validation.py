@@ -11,6 +11,7 @@ from chalicelib import schemas
 from chalicelib.errors import InvalidInput
 
 M = TypeVar("M", bound=BaseModel)
+MESSAGE_CHARS = 300
 
 
 def parse(model: type[M], payload: Any) -> M:
@@ -62,4 +63,9 @@ def check_instance(schema: dict[str, Any], instance: Any, *, root: str = "input"
             field = ".".join([root, *path, str(extra)])
             raise InvalidInput(f"{field} is not a known field", field=field)
     field = ".".join([root, *path])
-    raise InvalidInput(f"{field}: {error.message}", field=field)
+    raise InvalidInput(f"{field}: {_short(error.message)}", field=field)
+
+
+def _short(message: str) -> str:
+    """jsonschema's messages quote the offending value whole (up to the size of a request)."""
+    return message if len(message) <= MESSAGE_CHARS else message[: MESSAGE_CHARS - 1] + "…"
