@@ -552,3 +552,86 @@ def test_a_running_run_is_never_seen_expired_while_the_vendor_is_slow(admin: Adm
     # THEN it is never taken for abandoned; it ends by the vendor's deadline
     assert "expired" not in seen
     assert _error(result)["code"] == "vendor_timeout"
+
+
+# The console's side of 1, 13 and 16 ---------------------------------------------------------------
+
+
+@pytest.fixture
+def console(client: Client, admin: Admin) -> Any:
+    from tests.test_console import Console
+
+    signed_in = Console(client)
+    assert signed_in.sign_in(admin.token).status_code == 303
+    return signed_in
+
+
+def test_the_approval_page_shows_what_changed_since_the_approved_version(admin: Admin, console: Any, mcp: Mcp,
+                                                                        vendor: Vendor) -> None:
+    admin.publish(**_write_tool(vendor))
+    _approved(admin, mcp)
+    admin.publish(**_write_tool(vendor, request={"method": "PUT", "url": f"{vendor.url}/contacts"}))
+    run_id = mcp.call("run_tool", {**ORDER, "input": {"email": "c@example.com"}})["structuredContent"]["run_id"]
+    page = console.get(f"/console/approvals/{run_id}").body.decode()
+    changed = page[page.index('id="changed-since"'):]
+    assert 'data-field="method"' in changed and "PUT" in changed and "version 1" in changed
+    assert 'data-field="path"' not in changed
+
+
+def test_the_agent_page_lists_standing_decisions_and_withdraws_one(admin: Admin, agent: dict[str, Any],
+                                                                   console: Any, mcp: Mcp, vendor: Vendor) -> None:
+    admin.publish(**_write_tool(vendor))
+    run_id = mcp.call("run_tool", {**ORDER, "input": {"email": "a@example.com"}})["structuredContent"]["run_id"]
+    admin.call("POST", f"/v1/approvals/{run_id}/deny")
+    page = console.get(f"/console/agents/{agent['id']}").body.decode()
+    assert 'data-decision="crm__add-contact"' in page and ">denied<" in page
+    # a form without the session's token changes nothing
+    assert console.post(f"/console/agents/{agent['id']}/decisions/withdraw", ORDER, csrf="forged").status_code == 403
+    assert len(admin.call("GET", f"/v1/agents/{agent['id']}/approvals").json_body["items"]) == 1
+    answer = console.post(f"/console/agents/{agent['id']}/decisions/withdraw", ORDER)
+    assert answer.status_code == 303
+    assert admin.call("GET", f"/v1/agents/{agent['id']}/approvals").json_body["items"] == []
+
+
+def test_the_agent_page_edits_the_connection_scope(admin: Admin, agent: dict[str, Any], console: Any,
+                                                   vendor: Vendor) -> None:
+    first, second = _connection(admin, vendor, token="first-token-0000"), _connection(admin, vendor, token="sec0000")
+    console.post(f"/console/agents/{agent['id']}/connections", {"scope": "some", f"use_{second}": "on"})
+    assert admin.call("GET", f"/v1/agents/{agent['id']}").json_body["connections"] == [second]
+    refused = console.post(f"/console/agents/{agent['id']}/connections", {"scope": "some", "use_cn0bad": "on"})
+    assert refused.status_code == 400
+    assert admin.call("GET", f"/v1/agents/{agent['id']}").json_body["connections"] == [second]
+    console.post(f"/console/agents/{agent['id']}/connections", {"scope": "all", f"use_{first}": "on"})
+    assert admin.call("GET", f"/v1/agents/{agent['id']}").json_body["connections"] == "all"
+
+
+# 6 and 8 on the vendor's side: answers Workset cannot pass on faithfully ------------------------------
+
+
+@pytest.mark.parametrize("body", [
+    b'{"name": "\\ud800"}', b'{"total": 1e999}', b'{"total": NaN}', b'[' * 100_000 + b']' * 100_000,
+    b'{"big": ' + b'9' * 400 + b'}',
+])
+def test_a_vendor_answer_that_cannot_be_passed_on_is_a_vendor_error(admin: Admin, agent: dict[str, Any], mcp: Mcp,
+                                                                    vendor: Vendor, body: bytes) -> None:
+    admin.publish(**_write_tool(vendor, annotations={"readOnlyHint": True},
+                                request={"method": "GET", "url": f"{vendor.url}/x"}))
+    vendor.body = body
+    result = mcp.call("run_tool", {**ORDER, "input": {"email": "a@example.com"}})
+    assert _error(result)["code"] == "vendor_error"
+    run = admin.call("GET", f"/v1/agents/{agent['id']}/runs").json_body["items"][0]
+    assert run["status"] == "failed"
+    assert mcp.post("tools/list").status_code == 200
+
+
+# 10 for webhooks: an IPv6 spelling of a refused IPv4 address is refused the same way ---------------------
+
+
+@pytest.mark.parametrize("host", ["[::ffff:169.254.169.254]", "[::a9fe:a9fe]", "[64:ff9b::a9fe:a9fe]",
+                                  "[2002:a9fe:a9fe::1]"])
+def test_a_webhook_url_carrying_the_metadata_address_is_refused(admin: Admin, agent: dict[str, Any],
+                                                                host: str) -> None:
+    # an IP literal resolves to itself: nothing is looked up or connected to
+    response = admin.call("PATCH", f"/v1/agents/{agent['id']}", {"webhook_url": f"http://{host}/hook"})
+    assert response.status_code == 400 and response.json_body["error"]["field"] == "webhook_url"
+    assert admin.call("GET", f"/v1/agents/{agent['id']}").json_body["webhook_url"] is None
