@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,7 +40,7 @@ from chalicelib.errors import (
 )
 from chalicelib.store import agents as agent_store
 from chalicelib.store import runs as run_store
-from chalicelib.store.records import DENY, AgentState, Approval, Page, Run
+from chalicelib.store.records import ALLOW, DENY, AgentState, Approval, Page, Run
 from chalicelib.toolbox import Tool
 from chalicelib.validation import check_instance
 from chalicelib.workingset import idle_deadline
@@ -71,24 +70,21 @@ def call(state: AgentState, vendor_name: str, name: str, arguments: Any, *, dry_
         _check_call(state, tool, arguments)
     except WorksetError as error:
         return vendor.failure(error)
-    decision = state.decision(vendor_name, name)
-    shape = toolbox.request_shape(tool.spec)
-    decided = decision is not None and decision.shape == shape
-    previews = dry_run and tool.spec.writes
-    if decided and decision is not None and decision.decision == DENY and not previews:
+    standing = _standing_decision(state, tool)
+    if standing == DENY and not (dry_run and tool.spec.writes):  # a preview of a write reaches nothing
         return vendor.failure(ToolDenied(
             f"a person denied this agent's calls of {vendor_name}/{name}; the denial stands until a person "
             "withdraws it in the console"))
     # a call is a use of a promoted tool: its idle deadline moves to a window from now
     use_due_at = idle_deadline(state, now) if state.promotion(vendor_name, name) is not None else None
-    if tool.spec.writes and not dry_run and not decided:
+    if tool.spec.writes and not dry_run and standing != ALLOW:
         lease = now + timedelta(seconds=settings().approval_ttl_seconds)
         run = _new_run(state, tool, arguments, AWAITING, lease, now, dry_run=False)
         run_store.start(run, use_due_at=use_due_at)
         return waiting(run)
     run = _new_run(state, tool, arguments, RUNNING, now + _running_lease(), now, dry_run=dry_run)
     run_store.start(run, use_due_at=use_due_at)
-    return _execute(run, lambda: tool)
+    return _execute(run, tool)
 
 
 def approve(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
@@ -100,7 +96,7 @@ def approve(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
     shape = toolbox.request_shape(tool.spec)
     if not run_store.approve(run, approver, now + _running_lease(), now, shape=shape):
         raise Conflict(f"run {run_id} was decided already")
-    _execute(replace(run, lease_expires_at=now + _running_lease()), lambda: tool)
+    _execute(replace(run, lease_expires_at=now + _running_lease()), tool)
     finished = _account_run(account_id, run_id, utcnow())
     notify.run_finished(finished)
     return finished
@@ -191,11 +187,11 @@ def approval_url(run_id: str) -> str:
     return f"{settings().public_url}/console/approvals/{run_id}"
 
 
-def _execute(run: Run, load: Callable[[], Tool]) -> Outcome:
+def _execute(run: Run, tool: Tool) -> Outcome:
     """Send (or preview) the run's request and record how it ended; never raises: whatever goes
     wrong, the run ends and its lease is released."""
     try:
-        outcome = _perform(run, load())
+        outcome = _perform(run, tool)
     except WorksetError as error:
         outcome = vendor.failure(error)
     except Exception as error:  # noqa: BLE001 - a crash in our own code must still end the run
@@ -221,6 +217,15 @@ def _perform(run: Run, tool: Tool) -> Outcome:
         raise VendorTimeout("the run's time ran out before the vendor was called")
     request = vendor.build(tool, run.input, credential)
     return vendor.perform(request, dry_run=run.dry_run, read_only=not tool.spec.writes, timeout=timeout)
+
+
+def _standing_decision(state: AgentState, tool: Tool) -> str | None:
+    """`allow` or `deny` when a person decided this agent's calls of the tool as it requests now;
+    None when nobody did (or the decision was for another request shape)."""
+    decision = state.decision(*tool.key)
+    if decision is None or decision.shape != toolbox.request_shape(tool.spec):
+        return None
+    return decision.decision
 
 
 def _check_call(state: AgentState, tool: Tool, arguments: dict[str, Any]) -> None:

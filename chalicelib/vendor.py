@@ -145,8 +145,8 @@ def failure(error: WorksetError) -> Outcome:
 def _answer(response: outbound.HttpResponse, secrets: tuple[str, ...]) -> Outcome:
     try:
         payload = _decode(response, secrets)
-    except VendorError as error:
-        return failure(error)
+    except VendorError as refused:
+        return failure(refused)
     if not 200 <= response.status < 300:
         error = VendorError(f"the vendor answered HTTP {response.status}").to_dict()
         return Outcome(

@@ -59,12 +59,12 @@ def get_allowed_hosts(account_id: str) -> tuple[str, ...]:
         item = AccountItem.get(account_id, attributes_to_get=["allowed_hosts"])
     except DoesNotExist:
         return ()
-    return tuple(item.allowed_hosts or ())
+    return tuple(str(host) for host in item.allowed_hosts or ())
 
 
 def set_allowed_hosts(account_id: str, hosts: list[str]) -> None:
     """Replace the account's allow list of keyless hosts."""
     AccountItem(account_id=account_id).update(
-        actions=[AccountItem.allowed_hosts.set(hosts) if hosts else AccountItem.allowed_hosts.remove()],
+        actions=[AccountItem.allowed_hosts.set(hosts) if hosts else AccountItem.allowed_hosts.remove()],  # type: ignore[arg-type]
         condition=AccountItem.account_id.exists(),
     )

@@ -29,6 +29,7 @@ from pynamodb.attributes import (
     ListAttribute,
     MapAttribute,
     NumberAttribute,
+    TTLAttribute,
     UnicodeAttribute,
     UTCDateTimeAttribute,
 )
@@ -91,6 +92,9 @@ class ConsoleSessionItem(Model):
     created_at = UTCDateTimeAttribute()
     expires_at = UTCDateTimeAttribute()
     epoch = NumberAttribute(default=0)
+    # DynamoDB's TTL deletes abandoned sessions some time after they expire (reads check
+    # `expires_at` themselves: TTL lags, and moto never expires anything)
+    ttl = TTLAttribute(null=True)
 
 
 class AgentsByAccount(GlobalSecondaryIndex["AgentSettingsItem"]):

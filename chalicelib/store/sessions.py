@@ -36,7 +36,7 @@ def create_session(session_hash: str, account_id: str, now: datetime, expires_at
     fails closed."""
     epoch = console_epoch(account_id) or 0
     ConsoleSessionItem(token_hash=_key(session_hash), account_id=account_id, created_at=now,
-                       expires_at=expires_at, epoch=epoch).save(
+                       expires_at=expires_at, epoch=epoch, ttl=expires_at).save(
         condition=ConsoleSessionItem.token_hash.does_not_exist())
 
 
