@@ -635,3 +635,46 @@ def test_a_webhook_url_carrying_the_metadata_address_is_refused(admin: Admin, ag
     response = admin.call("PATCH", f"/v1/agents/{agent['id']}", {"webhook_url": f"http://{host}/hook"})
     assert response.status_code == 400 and response.json_body["error"]["field"] == "webhook_url"
     assert admin.call("GET", f"/v1/agents/{agent['id']}").json_body["webhook_url"] is None
+
+
+# Ids that cannot name a stored item: not found, without a read DynamoDB would refuse -------------------
+
+LONG = "a" * 1500
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", f"/v1/runs/{LONG}"), ("GET", f"/v1/tools/{LONG}/{LONG}"), ("GET", f"/v1/connections/{LONG}"),
+    ("POST", f"/v1/connections/{LONG}/revoke"), ("GET", f"/v1/agents/{LONG}"),
+    ("DELETE", "/v1/agents/{agent}/approvals/" + f"{LONG}/{LONG}"),
+    ("DELETE", "/v1/agents/{agent}/working-set/" + f"{LONG}/{LONG}"),
+])
+def test_an_id_too_long_to_be_a_key_is_not_found(admin: Admin, agent: dict[str, Any], method: str,
+                                                 path: str) -> None:
+    from chalicelib.store.base import connection
+    from chalicelib.store.models import TABLES
+
+    sent: list[str] = []
+    clients = [connection().client] + [model._get_connection().connection.client for model in TABLES]
+    for aws_client in clients:
+        aws_client.meta.events.register("before-call.dynamodb", lambda params, **_: sent.append(json.dumps(
+            params, default=str)), unique_id="trust-keys")
+    try:
+        response = admin.call(method, path.replace("{agent}", agent["id"]))
+    finally:
+        for aws_client in clients:
+            aws_client.meta.events.unregister("before-call.dynamodb", unique_id="trust-keys")
+    assert response.status_code == 404, response.body
+    assert sent and not [params for params in sent if LONG in params]  # reads were made, none with that key
+
+
+@pytest.mark.parametrize("task_id", ["", LONG])
+def test_a_task_id_that_cannot_be_a_key_is_an_unknown_task(client: Client, agent: dict[str, Any],
+                                                           task_id: str) -> None:
+    mcp = Mcp(client, agent["api_key"], modern=True)
+    assert mcp.post("tasks/get", {"taskId": task_id}).json_body["error"]["code"] == -32602
+    assert mcp.call("get_run", {"run_id": LONG[:64]})["structuredContent"]["error"]["code"] == "run_not_found"
+
+
+def test_an_agent_key_naming_an_impossible_agent_is_unauthorized(client: Client) -> None:
+    mcp = Mcp(client, f"wsk_{'a' * 3000}_secret")
+    assert mcp.post("tools/list").status_code == 401

@@ -13,7 +13,7 @@ from pynamodb.exceptions import DeleteError
 from pynamodb.transactions import TransactWrite
 
 from chalicelib.store import history
-from chalicelib.store.base import ConditionFailed, page, transaction, update_if
+from chalicelib.store.base import ConditionFailed, key_ok, page, transaction, update_if
 from chalicelib.store.models import (
     AGENT_SK,
     AgentPartitionItem,
@@ -49,6 +49,8 @@ def create_agent(agent: Agent, key_hash: str, *, webhook_secret: bytes | None = 
 
 def load_state(agent_id: str) -> AgentState | None:
     """The agent's whole partition in one Query, or None for an unknown agent."""
+    if not key_ok(agent_id):
+        return None
     settings_item: AgentSettingsItem | None = None
     promotions: list[Promotion] = []
     approvals: list[Approval] = []
@@ -191,6 +193,8 @@ def _change_set(agent_id: str, event: HistoryEvent, delta: int, change: Callable
 
 def remove_decision(agent_id: str, vendor: str, name: str) -> bool:
     """Withdraw a person's standing decision; False when there was none."""
+    if not key_ok(agent_id, approval_sk(vendor, name)):
+        return False
     try:
         ApprovalItem(agent_id=agent_id, sk=approval_sk(vendor, name)).delete(condition=ApprovalItem.sk.exists())
     except DeleteError as error:

@@ -53,6 +53,16 @@ def transaction() -> Iterator[TransactWrite]:
         raise
 
 
+KEY_BYTES = 1024  # DynamoDB refuses an empty key, and a sort key over 1,024 bytes
+
+
+def key_ok(*parts: str) -> bool:
+    """True when every part of a key from outside (an id in a path, an argument) is one DynamoDB
+    accepts as a key; anything else cannot name a stored item, so the read is not even sent."""
+    return all(isinstance(part, str) and part and len(part.encode("utf-8", "surrogatepass")) <= KEY_BYTES
+               for part in parts)
+
+
 def update_if(item: Any, actions: list[Any], condition: Any) -> bool:
     """One conditional UpdateItem; False (and nothing written) when the condition does not hold."""
     try:

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pynamodb.exceptions import DoesNotExist
 
-from chalicelib.store.base import page, update_if
+from chalicelib.store.base import key_ok, page, update_if
 from chalicelib.store.models import ConnectionItem
 from chalicelib.store.records import Connection, Page
 
@@ -25,6 +25,8 @@ def put(connection: Connection) -> None:
 
 def get(account_id: str, connection_id: str) -> Connection | None:
     """A connection of the account, or None."""
+    if not key_ok(account_id, connection_id):
+        return None
     try:
         return _record(ConnectionItem.get(account_id, connection_id))
     except DoesNotExist:

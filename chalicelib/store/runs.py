@@ -14,7 +14,7 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist
 
 from chalicelib.store.agents import due_fields
-from chalicelib.store.base import ConditionFailed, page, transaction
+from chalicelib.store.base import ConditionFailed, key_ok, page, transaction
 from chalicelib.store.models import (
     AGENT_SK,
     AgentSettingsItem,
@@ -144,6 +144,8 @@ def _decision(run: Run, decision: str, approver: str, now: datetime, shape: dict
 
 def get(run_id: str) -> Run | None:
     """A run by id, or None."""
+    if not key_ok(run_id):
+        return None
     try:
         return _record(RunItem.get(run_id))
     except DoesNotExist:

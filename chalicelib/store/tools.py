@@ -8,7 +8,7 @@ from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
 
-from chalicelib.store.base import page, transaction
+from chalicelib.store.base import key_ok, page, transaction
 from chalicelib.store.models import (
     HEAD_PREFIX,
     VERSION_PREFIX,
@@ -24,6 +24,8 @@ from chalicelib.store.records import Page, ToolVersion
 
 def get_head(account_id: str, vendor: str, name: str) -> ToolVersion | None:
     """The newest version of a tool, or None."""
+    if not key_ok(account_id, head_sk(vendor, name)):
+        return None
     try:
         return _record(ToolHeadItem.get(account_id, head_sk(vendor, name)))
     except DoesNotExist:
@@ -32,6 +34,8 @@ def get_head(account_id: str, vendor: str, name: str) -> ToolVersion | None:
 
 def get_version(account_id: str, vendor: str, name: str, version: int) -> ToolVersion | None:
     """One version of a tool, or None."""
+    if not key_ok(account_id, version_sk(vendor, name, version)):
+        return None
     try:
         return _record(ToolVersionItem.get(account_id, version_sk(vendor, name, version)))
     except DoesNotExist:
@@ -60,6 +64,8 @@ def page_heads(account_id: str, *, limit: int, cursor: str | None = None) -> Pag
 
 def list_versions(account_id: str, vendor: str, name: str) -> list[ToolVersion]:
     """Every version of one tool, oldest first."""
+    if not key_ok(account_id, version_sk(vendor, name, 0)):
+        return []
     condition = ToolboxItem.sk.startswith(f"{VERSION_PREFIX}{vendor}#{name}#")
     return [_record(item) for item in ToolVersionItem.query(account_id, condition)]
 
