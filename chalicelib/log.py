@@ -13,7 +13,9 @@ import logging
 import sys
 import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from chalicelib import jsontext
@@ -39,6 +41,19 @@ def failure(kind: str, error: BaseException, **fields: Any) -> None:
         "message": _message(error),
         "trace": [f"{_short(frame.filename)}:{frame.lineno} {frame.name}" for frame in frames],
     })
+
+
+_request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+
+@contextmanager
+def bound(request_id: str) -> Iterator[None]:
+    """While serving one request: every line logged carries its id (a run's line too)."""
+    token = _request_id.set(request_id)
+    try:
+        yield
+    finally:
+        _request_id.reset(token)
 
 
 def request_id(context: Mapping[str, Any] | None) -> str:
@@ -70,6 +85,8 @@ def _emit(level: int, kind: str, fields: dict[str, Any]) -> None:
     logger = logging.getLogger(LOGGER)
     if not logger.isEnabledFor(level):
         return
+    if _request_id.get() is not None:
+        fields = {"request_id": _request_id.get(), **fields}
     kept = {name: "[withheld]" if any(word in name.lower() for word in _WITHHELD) else value
             for name, value in fields.items()}
     try:

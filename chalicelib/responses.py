@@ -42,18 +42,19 @@ class GuardedBlueprint(Blueprint):
         def guard(view: Callable[..., Any]) -> Any:
             @wraps(view)
             def guarded(**params: str) -> Any:
-                try:
-                    return view(**params)
-                except Exception as error:
-                    return self._crashed(error, path)
+                request_id = log.request_id(self.current_request.context)
+                with log.bound(request_id):  # every line logged while serving carries it
+                    try:
+                        return view(**params)
+                    except Exception as error:
+                        return self._crashed(error, path, request_id)
 
             return register(guarded)
 
         return guard
 
-    def _crashed(self, error: Exception, route: str) -> Response:
+    def _crashed(self, error: Exception, route: str, request_id: str) -> Response:
         request = self.current_request
-        request_id = log.request_id(request.context)
         log.failure(f"{self._edge}.internal_error", error, request_id=request_id, method=request.method, route=route)
         try:
             return self._on_crash(request_id)
