@@ -79,9 +79,11 @@ def test_the_sweep_never_demotes_a_tool_in_use(admin: Admin, vendor: Vendor, cap
             run_id, expiry = model.waiting.pop(0)
             if expiry > now:
                 runs.deny(account_id, run_id, "admin", now)
+                # the denial would stand; a person withdraws it so the next call waits again
+                runs.withdraw_decision(account_id, agent.agent_id, "shop", "write")
         elif action == "sweep":
             report = sweep.run(now, account_id=account_id)
-            print("SWEEP", [a for a, _ in schedule], len(report.demoted), model.waiting, now); _check(report, agent.agent_id, model, now, timedelta(days=window))
+            _check(report, agent.agent_id, model, now, timedelta(days=window))
         Clock.now += timedelta(seconds=1)
 
 
