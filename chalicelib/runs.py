@@ -96,7 +96,7 @@ def approve(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
     shape = toolbox.request_shape(tool.spec)
     if not run_store.approve(run, approver, now + _running_lease(), now, shape=shape):
         raise Conflict(f"run {run_id} was decided already")
-    _execute(replace(run, lease_expires_at=now + _running_lease()), tool)
+    _execute(replace(run, lease_expires_at=now + _running_lease()), tool, scope_of=run.agent_id)
     finished = _account_run(account_id, run_id, utcnow())
     notify.run_finished(finished)
     return finished
@@ -187,10 +187,13 @@ def approval_url(run_id: str) -> str:
     return f"{settings().public_url}/console/approvals/{run_id}"
 
 
-def _execute(run: Run, tool: Tool) -> Outcome:
+def _execute(run: Run, tool: Tool, *, scope_of: str | None = None) -> Outcome:
     """Send (or preview) the run's request and record how it ended; never raises: whatever goes
-    wrong, the run ends and its lease is released."""
+    wrong, the run ends and its lease is released. `scope_of`: check the agent's connection scope
+    again first (a run that waited on a person may outlive the scope it started in)."""
     try:
+        if scope_of is not None:
+            _check_scope(agent_store.load_state(scope_of), tool)
         outcome = _perform(run, tool)
     except WorksetError as error:
         outcome = vendor.failure(error)
@@ -233,10 +236,14 @@ def _check_call(state: AgentState, tool: Tool, arguments: dict[str, Any]) -> Non
     scope, an agent-authored tool whose host no person allows (any longer)."""
     check_instance(tool.spec.input_schema, arguments)
     vendor.check_arguments(tool, arguments)
-    if tool.spec.connection and not state.may_use(tool.spec.connection):
+    _check_scope(state, tool)
+    toolbox.check_reach(state.agent.account_id, tool)
+
+
+def _check_scope(state: AgentState | None, tool: Tool) -> None:
+    if tool.spec.connection and (state is None or not state.may_use(tool.spec.connection)):
         raise ConnectionNotInScope(f"{tool.spec.vendor}/{tool.spec.name} uses connection {tool.spec.connection}, "
                                    "which is not in this agent's connection scope")
-    toolbox.check_reach(state.agent.account_id, tool)
 
 
 def _new_run(state: AgentState, tool: Tool, arguments: dict[str, Any], status: str, lease: datetime,

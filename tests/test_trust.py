@@ -690,3 +690,15 @@ def test_a_task_id_that_cannot_be_a_key_is_an_unknown_task(client: Client, agent
 def test_an_agent_key_naming_an_impossible_agent_is_unauthorized(client: Client) -> None:
     mcp = Mcp(client, f"wsk_{'a' * 3000}_secret")
     assert mcp.post("tools/list").status_code == 401
+
+
+def test_a_waiting_run_approved_after_its_connection_left_the_scope_does_not_run(admin: Admin,
+                                                                                 agent: dict[str, Any],
+                                                                                 mcp: Mcp, vendor: Vendor) -> None:
+    first, second = _connection(admin, vendor, token="first-token-0000"), _connection(admin, vendor, token="sec0000")
+    admin.publish(**_write_tool(vendor, connection=first))
+    run_id = mcp.call("run_tool", {**ORDER, "input": {"email": "a@example.com"}})["structuredContent"]["run_id"]
+    admin.call("PATCH", f"/v1/agents/{agent['id']}", {"connections": [second]})
+    approved = admin.call("POST", f"/v1/approvals/{run_id}/approve").json_body
+    assert approved["status"] == "failed" and approved["error"]["error"]["code"] == "connection_not_in_scope"
+    assert vendor.received == []
