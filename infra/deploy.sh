@@ -36,19 +36,7 @@ stage=${1:?$usage}
 bucket=${2:?$usage}
 export AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-$(aws configure get region)}
 out=build/deploy-$stage
-rm -rf "$out"
-
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-# packages installed without their declared dependencies (requirements-nodeps.txt) go into
-# vendor/, which chalice copies into the deployment package as they are
-rm -rf vendor
-.venv/bin/python -m pip install --quiet --no-deps --target vendor -r requirements-nodeps.txt
-.venv/bin/chalice package --merge-template infra/resources.json --stage "$stage" "$out" 2>&1 | tee "$log"
-if grep -q "Could not install dependencies" "$log"; then
-  echo "refusing to deploy: the package lacks dependencies the Lambda runtime needs (see above)" >&2
-  exit 1
-fi
+infra/build.sh "$stage" "$out"
 
 aws cloudformation package --template-file "$out/sam.json" --s3-bucket "$bucket" \
   --output-template-file "$out/packaged.yaml"
