@@ -2,9 +2,9 @@
 the scheduled function."""
 
 from chalice import Chalice, Rate
-from chalice.app import SQSEvent
+from chalice.app import CloudWatchEvent, SQSEvent, SQSRecord
 
-from chalicelib import notify, sweep
+from chalicelib import log, notify, sweep
 from chalicelib.api import bp as admin_api
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
@@ -19,24 +19,31 @@ app.register_blueprint(console)
 
 
 @app.schedule(Rate(5, unit=Rate.MINUTES), name="sweep")
-def scheduled_sweep(event: object) -> None:
-    """The rule, every five minutes; a large sweep hands batches of agents to the workers."""
-    sweep.run(utcnow(), dispatch=sweep.queue_dispatch)
+def scheduled_sweep(event: CloudWatchEvent) -> None:
+    """The rule, every five minutes; a large sweep hands batches of agents to the workers. Its
+    log line carries Lambda's request id."""
+    with log.bound(log.invocation_id(event.context)):
+        sweep.run(utcnow(), dispatch=sweep.queue_dispatch)
 
 
 @app.on_sqs_message(queue=settings().webhook_queue, batch_size=10, name="webhook_consumer")
 def webhook_consumer(event: SQSEvent) -> dict[str, list[dict[str, str]]]:
     """Signed webhook deliveries; failures are reported per message (partial batch response)."""
-    failed = notify.consume([
-        queues.Message(record.to_dict()["messageId"], record.body, record.receipt_handle,
-                        int(record.to_dict().get("attributes", {}).get("ApproximateReceiveCount", "1")))
-        for record in event
-    ])
+    with log.bound(log.invocation_id(event.context)):
+        failed = notify.consume([_message(record) for record in event])
     return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed]}
 
 
 @app.on_sqs_message(queue=settings().sweep_queue, batch_size=1, name="sweep_worker")
 def sweep_worker(event: SQSEvent) -> None:
     """One batch of a large sweep (a failure leaves the message for SQS to retry)."""
-    for record in event:
-        sweep.handle_batch(record.body, utcnow())
+    with log.bound(log.invocation_id(event.context)):
+        for record in event:
+            sweep.handle_batch(record.body, utcnow())
+
+
+def _message(record: SQSRecord) -> queues.Message:
+    fields = record.to_dict()
+    count = fields.get("attributes", {}).get("ApproximateReceiveCount", "1")
+    return queues.Message(fields["messageId"], record.body, record.receipt_handle,
+                          int(count) if str(count).isdigit() else 1)

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from chalicelib import hosts, notify, outbound
+from chalicelib import hosts, log, notify, outbound
 from chalicelib.config import settings
 from chalicelib.errors import InvalidInput, NotFound, Unauthorized, WorksetError
 from chalicelib.store import accounts as account_store
@@ -95,6 +95,7 @@ def authenticate_admin(token: str | None) -> str:
     account_id = account_store.account_of_token(hash_token(token)) if token else None
     if account_id is None:
         raise Unauthorized("a valid admin bearer token is required")
+    log.note(account_id=account_id)  # who the request's log line is for
     return account_id
 
 
@@ -104,6 +105,7 @@ def authenticate_agent(key: str | None) -> AgentState:
     state = agent_store.load_state(agent_id) if agent_id else None
     if state is None or not _matches(key, state.key_hashes):
         raise Unauthorized("a valid agent key is required")
+    log.note(account_id=state.agent.account_id, agent_id=state.agent.agent_id)  # who the request's log line is for
     return state
 
 

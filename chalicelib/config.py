@@ -1,12 +1,76 @@
-"""The one place that reads the environment: a frozen settings object."""
+"""The one place that reads configuration: a frozen settings object from the environment, and
+the two values a deployed stage keeps in SSM Parameter Store instead, each read at its first use
+and kept for the life of the process (so at most once per cold start):
+
+    /workset/<stage>/public-url       String, written by the stack (infra/resources.json): the
+                                      API's own URL, or https://<PublicDomain>
+    /workset/<stage>/console-secret   SecureString, made by the operator or infra/deploy.sh
+                                      (CloudFormation cannot make SecureStrings)
+
+The function's environment cannot carry the public URL: the API's id is known only once the API
+exists, and the API refers to the function (a circular dependency in CloudFormation).
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 from functools import lru_cache
 
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from chalicelib import log
+
 LOCAL_STAGES = frozenset({"local", "test"})
+LOCAL_URL = "http://127.0.0.1:8000"
+LOCAL_CONSOLE_SECRET = "local-console-secret"
+PUBLIC_URL = "public-url"
+CONSOLE_SECRET = "console-secret"
+# A failed read is tried again after this long, not on every request: an absent parameter costs
+# one SSM call per process per half minute, and one made later is picked up without a deploy.
+PARAMETER_RETRY_SECONDS = 30.0
+
+
+class MissingParameter(RuntimeError):
+    """A deployed stage's parameter could not be read (absent, or SSM refused or failed)."""
+
+
+class StageParameters:
+    """A deployed stage's values in Parameter Store (`/workset/<stage>/<key>`): each read with one
+    GetParameter (decrypted) at its first use, then kept for the life of the process."""
+
+    def __init__(self, stage: str, region: str) -> None:
+        self.path = f"/workset/{stage}"
+        self._region = region
+        self._values: dict[str, str] = {}
+        self._failed_at: dict[str, float] = {}
+        self._lock = threading.Lock()  # one read per value even when threads ask at once
+
+    def name(self, key: str) -> str:
+        """The parameter's full name."""
+        return f"{self.path}/{key}"
+
+    def get(self, key: str) -> str:
+        """The parameter's value; MissingParameter when it cannot be read."""
+        with self._lock:
+            if key in self._values:
+                return self._values[key]
+            failed = self._failed_at.get(key)
+            if failed is not None and time.monotonic() - failed < PARAMETER_RETRY_SECONDS:
+                raise MissingParameter(f"{self.name(key)} could not be read a moment ago")
+            try:
+                answer = boto3.client("ssm", region_name=self._region).get_parameter(
+                    Name=self.name(key), WithDecryption=True)
+            except (BotoCoreError, ClientError) as error:
+                self._failed_at[key] = time.monotonic()
+                log.failure("stage_parameter_unreadable", error, parameter=self.name(key))
+                raise MissingParameter(f"{self.name(key)} could not be read") from error
+            value = str(answer["Parameter"]["Value"])
+            self._values[key] = value
+            return value
 
 
 @dataclass(frozen=True)
@@ -16,7 +80,8 @@ class Settings:
     stage: str
     aws_region: str
     table_prefix: str
-    public_url: str
+    # WORKSET_PUBLIC_URL; unset on deployed stages, whose `public_url` is the stack's parameter
+    given_public_url: str
     vendor_timeout_seconds: float
     vendor_max_response_bytes: int
     allow_private_network: bool
@@ -28,8 +93,31 @@ class Settings:
     webhook_timeout_seconds: float
     webhook_retry_base_seconds: float
     listen_hold_seconds: float
-    console_secret: str
+    # WORKSET_CONSOLE_SECRET; unset on deployed stages, whose `console_secret` is a parameter
+    given_console_secret: str = field(repr=False)
     acquire_per_day: int
+    run_retention_days: int
+    parameters: StageParameters = field(repr=False, compare=False)  # read at first use
+
+    @property
+    def public_url(self) -> str:
+        """The URL clients reach this deployment at, without a trailing slash: WORKSET_PUBLIC_URL
+        (local stages default to 127.0.0.1:8000), else the stage's `public-url` parameter."""
+        if self.given_public_url or self.is_local:
+            return self.given_public_url
+        return self.parameters.get(PUBLIC_URL).rstrip("/")
+
+    @property
+    def console_secret(self) -> str:
+        """The key console sessions are signed with: WORKSET_CONSOLE_SECRET (local stages have a
+        fixed default), else the stage's `console-secret` parameter, read when the console first
+        needs it; "" when there is none (the console then lets nobody in)."""
+        if self.given_console_secret or self.is_local:
+            return self.given_console_secret
+        try:
+            return self.parameters.get(CONSOLE_SECRET)
+        except MissingParameter:
+            return ""
 
     @property
     def sweep_queue(self) -> str:
@@ -58,11 +146,13 @@ def _flag(name: str, default: bool) -> bool:
 def settings() -> Settings:
     """The settings of this process (environment variables, with defaults)."""
     stage = os.environ.get("WORKSET_STAGE", "dev")
+    local = stage in LOCAL_STAGES
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     return Settings(
         stage=stage,
-        aws_region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        aws_region=region,
         table_prefix=os.environ.get("WORKSET_TABLE_PREFIX", f"workset-{stage}"),
-        public_url=os.environ.get("WORKSET_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/"),
+        given_public_url=os.environ.get("WORKSET_PUBLIC_URL", LOCAL_URL if local else "").rstrip("/"),
         vendor_timeout_seconds=float(os.environ.get("WORKSET_VENDOR_TIMEOUT_SECONDS", "10")),
         vendor_max_response_bytes=int(os.environ.get("WORKSET_VENDOR_MAX_RESPONSE_BYTES", str(1024 * 1024))),
         allow_private_network=_flag("WORKSET_ALLOW_PRIVATE_NETWORK", stage in LOCAL_STAGES),
@@ -75,9 +165,14 @@ def settings() -> Settings:
         lease_margin_seconds=int(os.environ.get("WORKSET_LEASE_MARGIN_SECONDS", "30")),
         webhook_timeout_seconds=float(os.environ.get("WORKSET_WEBHOOK_TIMEOUT_SECONDS", "5")),
         webhook_retry_base_seconds=float(os.environ.get("WORKSET_WEBHOOK_RETRY_BASE_SECONDS", "10")),
-        listen_hold_seconds=float(os.environ.get("WORKSET_LISTEN_HOLD_SECONDS", "25")),
-        # signs console sessions; local stages have a fixed one, deployed stages must set it
-        console_secret=os.environ.get("WORKSET_CONSOLE_SECRET", "local-console-secret" if stage in LOCAL_STAGES else ""),
+        # how long subscriptions/listen holds a request: at most the Lambda timeout (25 s) less 5 s,
+        # or Lambda ends an idle listen and API Gateway answers 502 (tests/test_deploy.py)
+        listen_hold_seconds=float(os.environ.get("WORKSET_LISTEN_HOLD_SECONDS", "20")),
+        # signs console sessions; local stages have a fixed one, deployed stages read a parameter
+        given_console_secret=os.environ.get("WORKSET_CONSOLE_SECRET", LOCAL_CONSOLE_SECRET if local else ""),
         # tools and versions one agent may publish with acquire per UTC day
         acquire_per_day=int(os.environ.get("WORKSET_ACQUIRE_PER_DAY", "50")),
+        # runs (input and result) are deleted by DynamoDB's TTL this many days after they start
+        run_retention_days=int(os.environ.get("WORKSET_RUN_RETENTION_DAYS", "30")),
+        parameters=StageParameters(stage, region),
     )

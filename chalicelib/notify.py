@@ -4,10 +4,11 @@ Every working-set change records itself in the agent's outbox in the change's ow
 (`change_seq` moves on, the outbox flag is set). `announce` drains one agent right after a
 change: one SQS message for however many changes it finds (a sweep that demotes five tools of an
 agent sends one), then clears the flag only if nothing newer came in. A Lambda that dies between
-commit and drain leaves the flag set, and the next sweep drains it: a committed change is never
-left unannounced. The consumer POSTs each message to the agent's webhook, signed the Standard
-Webhooks way; a failure is retried by SQS with backoff and finally parked in the dead-letter
-queue.
+commit and drain, or an SQS error there, leaves the flag set, and the next sweep drains it: a
+committed change is never left unannounced, and never turned into an error for the caller who
+made it. The consumer POSTs each message to the agent's webhook, signed the Standard Webhooks
+way; each message of a batch succeeds or fails alone, a failure is retried by SQS with backoff
+and finally parked in the dead-letter queue.
 
 The envelope a webhook receives (header `webhook-id` = `event_id`; receivers dedupe on it):
 
@@ -30,7 +31,7 @@ import secrets
 import time
 from typing import Any
 
-from chalicelib import outbound
+from chalicelib import log, outbound
 from chalicelib.clock import iso, utcnow
 from chalicelib.config import settings
 from chalicelib.errors import VendorError, WorksetError
@@ -42,12 +43,24 @@ from chalicelib.store.records import AgentState, Run
 SECRET_PREFIX = "whsec_"
 LIST_CHANGED = "notifications/tools/list_changed"
 RUN_FINISHED = "notifications/workset/run_finished"
+LIST_CHANGED_TYPE = "tools_list_changed"  # the queued message's `type`
+RUN_FINISHED_TYPE = "run_finished"
+MESSAGE_KEYS = {
+    LIST_CHANGED_TYPE: ("agent_id", "size", "event_id", "at"),
+    RUN_FINISHED_TYPE: ("agent_id", "run_id", "status", "event_id", "at"),
+}
+DELIVERED, SKIPPED = "delivered", "skipped"
 
 
 class WebhookFailed(VendorError):
     """The receiver did not take the delivery (non-2xx or no answer); SQS will try again."""
 
     code = "webhook_failed"
+
+
+class PoisonMessage(ValueError):
+    """A queued message that no delivery could ever succeed with (not JSON, an unknown type, a key
+    missing)."""
 
 
 def new_secret() -> str:
@@ -62,46 +75,104 @@ def seal_secret(secret: str, *, account_id: str, agent_id: str) -> bytes:
 
 def announce(state: AgentState, *, changes: int, size: int) -> None:
     """After this request made `changes` changes to the agent's set: hand the news to the
-    webhook queue and clear the outbox flag (kept if something newer came in meanwhile)."""
+    webhook queue and clear the outbox flag (kept if something newer came in meanwhile). Best
+    effort, never raising: the change is committed, so a failure here (SQS, DynamoDB) is logged
+    and leaves the flag set for the sweep's drain, and the caller still gets its answer."""
     if state.webhook_url:
-        _send_change(state.agent.agent_id, state.change_seq + changes, size)
+        _hand_over(state.agent.agent_id, state.change_seq + changes, size)
 
 
 def drain() -> int:
-    """Announce every agent left in the outbox (each sweep runs this); answers how many."""
-    waiting = outbox.pending()
-    for agent_id in waiting:
-        state = agent_store.load_state(agent_id)
-        if state is not None:
-            _send_change(agent_id, state.change_seq, len(state.promotions))
-    return len(waiting)
+    """Announce every agent left in the outbox (each sweep runs this); answers how many were
+    handed over. One agent's failure is logged and leaves its flag for the next sweep."""
+    handed = 0
+    for agent_id in outbox.pending():
+        try:
+            state = agent_store.load_state(agent_id)
+        except Exception as error:  # noqa: BLE001 - the next sweep finds the flag again
+            log.failure("webhook.enqueue_failed", error, agent_id=agent_id, left_to="next sweep")
+            continue
+        if state is not None and _hand_over(agent_id, state.change_seq, len(state.promotions)):
+            handed += 1
+    return handed
 
 
-def _send_change(agent_id: str, seq: int, size: int) -> None:
-    queues.send(settings().webhook_queue, [{
-        "type": "tools_list_changed", "agent_id": agent_id, "seq": seq, "size": size,
-        "event_id": f"evt_{agent_id}_{seq}", "at": iso(utcnow()),
-    }])
-    outbox.clear(agent_id, seq)
+def _hand_over(agent_id: str, seq: int, size: int) -> bool:
+    """Queue the agent's news up to `seq`, then clear its outbox flag; False (logged) on failure.
+    A send whose clear fails is sent again by the drain: the same `event_id`, which receivers
+    dedupe."""
+    try:
+        queues.send(settings().webhook_queue, [{
+            "type": LIST_CHANGED_TYPE, "agent_id": agent_id, "seq": seq, "size": size,
+            "event_id": f"evt_{agent_id}_{seq}", "at": iso(utcnow()),
+        }])
+        outbox.clear(agent_id, seq)
+    except Exception as error:  # noqa: BLE001 - the change is committed; the outbox keeps it for the drain
+        log.failure("webhook.enqueue_failed", error, agent_id=agent_id, seq=seq, left_to="sweep drain")
+        return False
+    return True
 
 
 def run_finished(run: Run) -> None:
-    """Tell the agent's webhook that a run which waited on a person has finished."""
-    state = agent_store.load_state(run.agent_id)
-    if state is None or not state.webhook_url:
-        return
-    queues.send(settings().webhook_queue, [{
-        "type": "run_finished", "agent_id": run.agent_id, "run_id": run.run_id, "status": run.status,
-        "event_id": f"evt_{run.run_id}_{run.status}", "at": iso(utcnow()),
-    }])
+    """Tell the agent's webhook that a run which waited on a person has finished. Best effort,
+    never raising: the run's end is recorded already; a failure is logged (this news has no
+    outbox, so it is not sent again)."""
+    try:
+        state = agent_store.load_state(run.agent_id)
+        if state is None or not state.webhook_url:
+            return
+        queues.send(settings().webhook_queue, [{
+            "type": RUN_FINISHED_TYPE, "agent_id": run.agent_id, "run_id": run.run_id, "status": run.status,
+            "event_id": f"evt_{run.run_id}_{run.status}", "at": iso(utcnow()),
+        }])
+    except Exception as error:  # noqa: BLE001 - a decided or finished run must still answer its caller
+        log.failure("webhook.enqueue_failed", error, agent_id=run.agent_id, run_id=run.run_id, left_to="nobody")
 
 
-def deliver(body: str) -> None:
-    """POST one queued message to the agent's webhook, signed; raise WebhookFailed to retry."""
-    message = json.loads(body)
+def consume(deliveries: list[Message]) -> list[str]:
+    """Deliver a batch, each message on its own; answer the ids of the messages that failed. A
+    failure of one (a poison message, KMS, DynamoDB, the receiver) fails that message only and
+    never the batch, so deliveries that succeeded are not sent again. Each failure is put back
+    with an exponential backoff: SQS tries it again, and parks it in the dead-letter queue after
+    the last try (`queues.MAX_RECEIVES`, the redrive policy's maxReceiveCount). A poison message
+    goes the same way: a handful of cheap tries, then the dead-letter queue keeps its body for a
+    person (dropping it would lose the evidence, and a message a newer consumer understands,
+    during a deploy, would be lost with it)."""
+    return [delivery.message_id for delivery in deliveries if not _consume_one(delivery)]
+
+
+def _consume_one(delivery: Message) -> bool:
+    """Deliver one message and write its one log line (never its body, the secret or the
+    webhook's URL); True when the message is done."""
+    started = time.perf_counter()
+    facts: dict[str, Any] = {"message_id": delivery.message_id, "attempt": delivery.receive_count}
+    try:
+        outcome = deliver(_read(delivery.body), facts)
+    except Exception as error:  # noqa: BLE001 - whatever fails, it fails this message alone
+        queues.retry_later(settings().webhook_queue, delivery.receipt_handle, backoff(delivery.receive_count))
+        last_try = delivery.receive_count >= queues.MAX_RECEIVES
+        metrics = _delivery_metrics(failed=1, dead_lettered=int(last_try))
+        fields = {**facts, "outcome": "failed", "dead_lettered": last_try, "duration_ms": log.elapsed_ms(started)}
+        if isinstance(error, WebhookFailed):  # the receiver's fault: expected, retried
+            log.event("webhook.delivery", metrics=metrics, reason=error.code, **fields)
+        else:  # ours or AWS's: a poison message, KMS, DynamoDB, a bug
+            log.failure("webhook.delivery", error, metrics=metrics,
+                        reason="poison" if isinstance(error, PoisonMessage) else "error", **fields)
+        return False
+    log.event("webhook.delivery", metrics=_delivery_metrics(delivered=int(outcome == DELIVERED)), outcome=outcome,
+              duration_ms=log.elapsed_ms(started), **facts)
+    return True
+
+
+def deliver(message: dict[str, Any], facts: dict[str, Any]) -> str:
+    """POST one queued message to the agent's webhook, signed; raise WebhookFailed to retry.
+    Answers `delivered`, or `skipped` when the agent or its webhook is gone (nothing to deliver,
+    nothing to retry). `facts` gathers what the delivery's log line says."""
+    facts.update({key: message[key] for key in ("type", "agent_id", "run_id", "event_id") if key in message})
     state = agent_store.load_state(message["agent_id"])
     if state is None or not state.webhook_url or not state.webhook_secret:
-        return  # the agent or its webhook is gone: nothing to deliver, nothing to retry
+        return SKIPPED
+    facts["account_id"] = state.agent.account_id
     payload = _envelope(message)
     secret = vault.decrypt(state.webhook_secret, account_id=state.agent.account_id, connection_id=state.agent.agent_id)
     timestamp = str(int(time.time()))
@@ -118,23 +189,33 @@ def deliver(body: str) -> None:
             timeout=config.webhook_timeout_seconds, max_bytes=1024, allow_private=config.allow_private_network,
         )
     except WorksetError as error:
-        raise WebhookFailed(f"webhook for {state.agent.agent_id} failed: {error.message}") from error
+        facts["cause"] = error.code  # not its message, which may quote the webhook's URL
+        raise WebhookFailed(f"webhook for {state.agent.agent_id} failed: {error.code}") from error
+    facts["receiver_status"] = response.status
     if not 200 <= response.status < 300:
         raise WebhookFailed(f"webhook for {state.agent.agent_id} answered HTTP {response.status}")
+    return DELIVERED
 
 
-def consume(deliveries: list[Message]) -> list[str]:
-    """Deliver a batch; answer the ids of the messages that failed. Each failure is put back with
-    an exponential backoff (SQS retries it then, and parks it in the dead-letter queue after the
-    last try); the others are done."""
-    failed = []
-    for delivery in deliveries:
-        try:
-            deliver(delivery.body)
-        except WebhookFailed:
-            failed.append(delivery.message_id)
-            queues.retry_later(settings().webhook_queue, delivery.receipt_handle, backoff(delivery.receive_count))
-    return failed
+def _read(body: str) -> dict[str, Any]:
+    """A queued message, checked before anything is read or sent for it."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        raise PoisonMessage("the message is not JSON") from None
+    if not isinstance(message, dict) or message.get("type") not in MESSAGE_KEYS:
+        raise PoisonMessage("the message is not an object of a known type")
+    missing = [key for key in MESSAGE_KEYS[message["type"]] if key not in message]
+    if missing:
+        raise PoisonMessage(f"the message lacks {', '.join(missing)}")
+    if not all(isinstance(message[key], str) and message[key] for key in ("agent_id", "event_id")):
+        raise PoisonMessage("the message's agent_id and event_id must be text")
+    return message
+
+
+def _delivery_metrics(*, delivered: int = 0, failed: int = 0, dead_lettered: int = 0) -> list[log.Metric]:
+    return [log.Metric("WebhookDeliveries", delivered), log.Metric("WebhookFailures", failed),
+            log.Metric("WebhookDeadLettered", dead_lettered)]
 
 
 def backoff(receive_count: int) -> int:
@@ -150,7 +231,7 @@ def sign(secret: str, message_id: str, timestamp: str, payload: bytes) -> str:
 
 
 def _envelope(message: dict[str, Any]) -> bytes:
-    if message["type"] == "run_finished":
+    if message["type"] == RUN_FINISHED_TYPE:
         params = {key: message[key] for key in ("agent_id", "run_id", "status", "event_id", "at")}
         method = RUN_FINISHED
     else:

@@ -1,9 +1,10 @@
 """What every edge answers with: JSON bodies that always encode, and the guard that turns an
 unexpected exception into the edge's own 500 (logged with the request id) instead of Chalice's
-generic one."""
+generic one, and writes each request's one log line."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -14,6 +15,8 @@ from chalicelib import jsontext, log
 from chalicelib.errors import InternalError
 
 CrashAnswer = Callable[[str], Response]  # request id -> the edge's 500
+LOGGED_PARAMETERS = ("agent_id", "run_id")  # path parameters the request line names
+PARAMETER_CHARS = 128  # a path parameter is the caller's text: enough for any id, no more
 
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
@@ -27,7 +30,9 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
 
 class GuardedBlueprint(Blueprint):
     """A blueprint every route of which stands behind one guard: whatever escapes a view (a
-    crash in our own code) is logged with the request id and answered by `on_crash`. The guard
+    crash in our own code) is logged with the request id and answered by `on_crash`, and every
+    request, answered or crashed, writes one line (`<edge>.request`: route, status, outcome,
+    duration and what the request noted on the way: account, agent, run, MCP method). The guard
     sits in `route` itself, so no view registered on the blueprint can go without it."""
 
     def __init__(self, import_name: str, *, edge: str, on_crash: CrashAnswer) -> None:
@@ -42,16 +47,31 @@ class GuardedBlueprint(Blueprint):
         def guard(view: Callable[..., Any]) -> Any:
             @wraps(view)
             def guarded(**params: str) -> Any:
+                started = time.perf_counter()
                 request_id = log.request_id(self.current_request.context)
                 with log.bound(request_id):  # every line logged while serving carries it
+                    log.note(**{name: str(params[name])[:PARAMETER_CHARS]
+                                for name in LOGGED_PARAMETERS if name in params})
                     try:
-                        return view(**params)
+                        response = view(**params)
+                        outcome = None
                     except Exception as error:
-                        return self._crashed(error, path, request_id)
+                        response, outcome = self._crashed(error, path, request_id), "crashed"
+                    self._log_request(path, response, outcome, started)
+                    return response
 
             return register(guarded)
 
         return guard
+
+    def _log_request(self, route: str, response: Any, outcome: str | None, started: float) -> None:
+        status = getattr(response, "status_code", 200)
+        if outcome is None:  # the view's own notes (an MCP outcome) say more, and win
+            outcome = "ok" if status < 400 else "refused" if status < 500 else "error"
+        else:
+            log.note(outcome=outcome)  # a crash wins over whatever the view noted before it
+        log.request_line(f"{self._edge}.request", http_method=self.current_request.method, route=route,
+                         status=status, outcome=outcome, duration_ms=log.elapsed_ms(started))
 
     def _crashed(self, error: Exception, route: str, request_id: str) -> Response:
         request = self.current_request
@@ -59,7 +79,7 @@ class GuardedBlueprint(Blueprint):
         try:
             return self._on_crash(request_id)
         except Exception as again:  # the edge's own error page failed: still answer, still log
-            log.failure(f"{self._edge}.internal_error", again, request_id=request_id, stage="crash answer")
+            log.failure(f"{self._edge}.internal_error", again, request_id=request_id, during="crash answer")
             return json_response(500, internal_error(request_id))
 
 

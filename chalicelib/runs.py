@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -81,6 +82,9 @@ def call(state: AgentState, vendor_name: str, name: str, arguments: Any, *, dry_
         lease = now + timedelta(seconds=settings().approval_ttl_seconds)
         run = _new_run(state, tool, arguments, AWAITING, lease, now, dry_run=False)
         run_store.start(run, use_due_at=use_due_at)
+        log.note(run_id=run.run_id)
+        log.event("run.awaiting_approval", metrics=[log.Metric("RunsAwaitingApproval", 1)], run_id=run.run_id,
+                  agent_id=run.agent_id, account_id=run.account_id, vendor=run.vendor, tool=run.name)
         return waiting(run)
     run = _new_run(state, tool, arguments, RUNNING, now + _running_lease(), now, dry_run=dry_run)
     run_store.start(run, use_due_at=use_due_at)
@@ -191,10 +195,14 @@ def _execute(run: Run, tool: Tool, *, scope_of: str | None = None) -> Outcome:
     """Send (or preview) the run's request and record how it ended; never raises: whatever goes
     wrong, the run ends and its lease is released. `scope_of`: check the agent's connection scope
     again first (a run that waited on a person may outlive the scope it started in)."""
+    started, vendor_ms = time.perf_counter(), None
     try:
         if scope_of is not None:
             _check_scope(agent_store.load_state(scope_of), tool)
+        sending = time.perf_counter()
         outcome = _perform(run, tool)
+        if not (run.dry_run and tool.spec.writes):  # a preview reaches no vendor
+            vendor_ms = log.elapsed_ms(sending)
     except WorksetError as error:
         outcome = vendor.failure(error)
     except Exception as error:  # noqa: BLE001 - a crash in our own code must still end the run
@@ -205,7 +213,20 @@ def _execute(run: Run, tool: Tool, *, scope_of: str | None = None) -> Outcome:
         run_store.finish(run, "failed", utcnow(), error=stored)
     else:
         run_store.finish(run, "succeeded", utcnow(), result=stored)
+    _log_run(run, outcome, started, vendor_ms)
     return Outcome(outcome.structured, outcome.is_error, outcome.status, run_id=run.run_id)
+
+
+def _log_run(run: Run, outcome: Outcome, started: float, vendor_ms: float | None) -> None:
+    """The run's one line (never its input or result): how it ended, and the vendor's latency."""
+    error = outcome.structured.get("error") if outcome.is_error else None
+    code = error.get("code") if isinstance(error, dict) else None
+    log.note(run_id=run.run_id)
+    log.event("run", metrics=[log.Metric("VendorLatency", vendor_ms, "Milliseconds")] if vendor_ms is not None else [],
+              run_id=run.run_id, agent_id=run.agent_id, account_id=run.account_id, vendor=run.vendor, tool=run.name,
+              version=run.version, dry_run=run.dry_run, status="failed" if outcome.is_error else "succeeded",
+              error_code=code if isinstance(code, str) else None, duration_ms=log.elapsed_ms(started),
+              vendor_ms=vendor_ms)
 
 
 def _perform(run: Run, tool: Tool) -> Outcome:

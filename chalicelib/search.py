@@ -63,7 +63,7 @@ _POOL_CHUNK = 128  # docs per count matrix when pooling
 
 # What a stored vector is: change the version whenever the model or the text it is computed
 # from changes, so the app can tell stale vectors from current ones.
-VECTOR_VERSION = "all-MiniLM-L6-v2/name-words-colon-description/float16le/1"
+VECTOR_VERSION = "all-MiniLM-L6-v2-f16/name-words-colon-description/float16le/2"
 VECTOR_BYTES = embedder.DIMENSIONS * 2
 
 

@@ -24,12 +24,14 @@ transaction that removes the promotion, counts the set and appends the history e
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from chalicelib import connections, notify, runs, toolbox
+from chalicelib import connections, log, notify, runs, toolbox
 from chalicelib.config import settings
 from chalicelib.store import agents as agent_store
 from chalicelib.store import queues
@@ -61,16 +63,17 @@ class Report:
 
 def run(now: datetime, *, account_id: str | None = None, dispatch: Dispatch | None = None) -> Report:
     """One sweep over every agent with something due (or only `account_id`'s agents)."""
-    notify.drain()  # changes whose announcement a crash interrupted
-    found = {**sweep_store.due_agents(now), **sweep_store.agents_to_review()}
-    agent_ids = sorted(agent for agent, account in found.items() if account_id in (None, account))
-    report = Report()
-    if dispatch is not None and len(agent_ids) > INLINE_AGENTS:
-        dispatch([agent_ids[start:start + BATCH] for start in range(0, len(agent_ids), BATCH)])
-        report.dispatched = len(agent_ids)
+    with _logged("sweep", account_id=account_id) as (report, line):
+        line["drained"] = notify.drain()  # changes whose announcement a crash interrupted
+        found = {**sweep_store.due_agents(now), **sweep_store.agents_to_review()}
+        agent_ids = sorted(agent for agent, account in found.items() if account_id in (None, account))
+        line["agents"] = len(agent_ids)
+        if dispatch is not None and len(agent_ids) > INLINE_AGENTS:
+            dispatch([agent_ids[start:start + BATCH] for start in range(0, len(agent_ids), BATCH)])
+            report.dispatched = len(agent_ids)
+            return report
+        review_all(agent_ids, now, report)
         return report
-    review_all(agent_ids, now, report)
-    return report
 
 
 def queue_dispatch(batches: list[list[str]]) -> None:
@@ -81,8 +84,10 @@ def queue_dispatch(batches: list[list[str]]) -> None:
 
 def handle_batch(body: str, now: datetime) -> Report:
     """A worker's share of a sweep: the agents of one queued batch."""
-    agent_ids = json.loads(body)["agent_ids"]
-    return review_all(agent_ids, now)
+    with _logged("sweep.batch") as (report, line):
+        agent_ids = json.loads(body)["agent_ids"]
+        line["agents"] = len(agent_ids)
+        return review_all(agent_ids, now, report)
 
 
 def review_all(agent_ids: Iterable[str], now: datetime, report: Report | None = None) -> Report:
@@ -130,6 +135,28 @@ def revoke_connection(account_id: str, connection_id: str, now: datetime) -> tup
             if sweep_store.make_due(agent_id, vendor, name, now, Cause.CONNECTION_REVOKED.value):
                 agents.add(agent_id)
     return connection, review_all(sorted(agents), now)
+
+
+@contextmanager
+def _logged(kind: str, **fields: Any) -> Iterator[tuple[Report, dict[str, Any]]]:
+    """One line per sweep (or worker batch), however it ends: what it demoted and held back (counted
+    as `SweepDemotions` and `SweepHeld`), how long it took, and the error that stopped it."""
+    report, line, started = Report(), dict(fields), time.perf_counter()
+    try:
+        yield report, line
+    except Exception as error:
+        log.failure(kind, error, metrics=_counts(report), outcome="error", **_summary(report, line, started))
+        raise
+    log.event(kind, metrics=_counts(report), outcome="ok", **_summary(report, line, started))
+
+
+def _counts(report: Report) -> list[log.Metric]:
+    return [log.Metric("SweepDemotions", len(report.demoted)), log.Metric("SweepHeld", len(report.held))]
+
+
+def _summary(report: Report, line: dict[str, Any], started: float) -> dict[str, Any]:
+    return {**line, "demoted": len(report.demoted), "held": len(report.held), "dispatched": report.dispatched,
+            "duration_ms": log.elapsed_ms(started)}
 
 
 def _idle_cause(state: AgentState, promotion: Promotion, now: datetime) -> Cause | None:

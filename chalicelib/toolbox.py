@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -21,11 +21,13 @@ from chalicelib.errors import (
     ToolNotFound,
 )
 from chalicelib.store import agents as agent_store
-from chalicelib.search import VECTOR_VERSION, Document, SearchIndex, document_vector
 from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed
 from chalicelib.store.records import AgentState, Page, ToolVersion
 from chalicelib.validation import parse
+
+if TYPE_CHECKING:
+    from chalicelib.search import SearchIndex
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,30}$"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
@@ -260,6 +262,10 @@ def shape_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[
 
 
 def _publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, *, owner: str | None = None) -> Tool:
+    # Imported here, not at the top: search loads numpy and the models, which only publishing
+    # and find_tool need; every other request's cold start skips them.
+    from chalicelib.search import VECTOR_VERSION, document_vector
+
     definition = spec.model_dump(mode="json", exclude_none=True)
     vector = document_vector(spec.vendor, spec.name, spec.description)  # once per version, not per search
     for _ in range(PUBLISH_ATTEMPTS):
@@ -348,6 +354,8 @@ _indexes: dict[str, _CachedIndex] = {}
 def search(account_id: str, query: str, limit: int) -> list[Tool]:
     """Ranked tools for a query. A warm instance reuses its index while the toolbox is unchanged
     (one read of the toolbox's revision); a publish anywhere moves the revision on."""
+    from chalicelib.search import VECTOR_VERSION, Document, SearchIndex  # numpy and models: see _publish
+
     revision = tool_store.toolbox_revision(account_id)
     cached = _indexes.get(account_id)
     if cached is None or cached.revision != revision:

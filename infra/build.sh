@@ -2,8 +2,10 @@
 # Build one stage's deployment package and SAM template exactly as infra/deploy.sh ships them:
 #   infra/build.sh dev|prod OUT_DIR
 # Packages installed without their declared dependencies (requirements-nodeps.txt) go into
-# vendor/, which chalice copies into the deployment package as they are. Needs the project's venv
-# (./dev test creates it) and the package index; no AWS credentials.
+# vendor/, as wheels for Lambda's platform (chalice vendors requirements.txt the same way, but
+# copies vendor/ into the deployment package as it is); the model's weights there are then
+# halved to float16 (infra/halve_model.py). Needs the project's venv (./dev test creates it) and
+# the package index; no AWS credentials. tests/test_package.py builds it and checks the result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,9 +16,17 @@ export AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-us-east-1}
 rm -rf "$out"
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# vendor/ only feeds this package: left behind, it would slip into any later `chalice package`.
+trap 'rm -rf "$log" vendor' EXIT
 rm -rf vendor
-.venv/bin/python -m pip install --quiet --no-deps --target vendor -r requirements-nodeps.txt
+# Lambda's python3.11 runs on glibc 2.26 (Amazon Linux 2): wheels up to manylinux_2_26, as chalice
+# picks them; never the build machine's own platform.
+python_version=$(.venv/bin/python -c 'import sys; print("%d%d" % sys.version_info[:2])')
+platforms=(--platform manylinux2014_x86_64)
+for minor in $(seq 17 26); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
+.venv/bin/python -m pip install --quiet --no-deps --target vendor --only-binary=:all: \
+  --implementation cp --python-version "$python_version" "${platforms[@]}" -r requirements-nodeps.txt
+.venv/bin/python infra/halve_model.py vendor/all_minilm_l6_v2/model.zip
 .venv/bin/chalice package --merge-template infra/resources.json --stage "$stage" "$out" 2>&1 | tee "$log"
 if grep -q "Could not install dependencies" "$log"; then
   echo "refusing to deploy: the package lacks dependencies the Lambda runtime needs (see above)" >&2

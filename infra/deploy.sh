@@ -1,8 +1,36 @@
 #!/usr/bin/env bash
 # Deploy one stage of Workset to AWS with CloudFormation:
-#   infra/deploy.sh dev|prod S3_BUCKET
+#   infra/deploy.sh dev|prod S3_BUCKET [Parameter=value ...]
 # S3_BUCKET holds the deployment package (any bucket of the account in the same region).
 # Needs AWS credentials and region, the AWS CLI, and the project's venv (./dev test creates it).
+#
+# Template parameters (infra/resources.json; each optional, and an update keeps a parameter's
+# previous value unless it is given again; `Name=` clears one):
+#   PublicDomain=workset.example.com  a custom domain serving the API at its root (the domain,
+#                        its certificate and a base path mapping of (none) to the stage `api` are
+#                        made outside the stack). Without it the public URL is the API's own
+#                        https://<api id>.execute-api.<region>.amazonaws.com/api.
+#   AlarmTopicArn=arn:aws:sns:...     an existing SNS topic for the alarms; without it the stack
+#                        makes workset-<stage>-alarms.
+#   AlarmEmail=ops@example.com        subscribes an address to the topic the stack makes (AWS
+#                        mails a confirmation link first).
+#   LogRetentionInDays=30             how long the functions' log groups keep events (30).
+# Stage is set from the first argument.
+#
+# The console signs sessions with the SecureString parameter /workset/<stage>/console-secret.
+# CloudFormation cannot make SecureStrings, so this script makes it (48 random bytes) when it is
+# absent, and never changes one that exists. The function reads it once per cold start. To rotate
+# it: `aws ssm put-parameter --name /workset/<stage>/console-secret --type SecureString
+# --overwrite --value ...`, then deploy again (new instances read the new one; every console
+# session ends). The stack writes the public URL to the String parameter /workset/<stage>/public-url
+# (the function cannot get it from its environment: the API refers to the function, so the
+# function cannot refer to the API); a parameter of that name made by hand must be deleted first.
+#
+# The stack makes each function's log group (/aws/lambda/<function name>, kept LogRetentionInDays
+# days; retained when the stack goes), and the functions' role may no longer make log groups. A
+# stack deployed before this did not own them: Lambda made them on first use, and CloudFormation
+# cannot make one that exists. This script stops with the commands to delete them (their events
+# go with them; export what you need first), then run it again.
 #
 # This is the route that creates the DynamoDB tables (`chalice deploy` does not). It keeps the
 # three names of a stage in step: `chalice package --stage S`, the template parameter Stage=S
@@ -31,15 +59,64 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage="usage: infra/deploy.sh dev|prod S3_BUCKET"
+usage="usage: infra/deploy.sh dev|prod S3_BUCKET [Parameter=value ...]"
 stage=${1:?$usage}
 bucket=${2:?$usage}
+shift 2
+for override in "$@"; do
+  case $override in
+    PublicDomain=* | AlarmTopicArn=* | AlarmEmail=* | LogRetentionInDays=*) ;;
+    *) echo "unknown parameter override: $override" >&2; echo "$usage" >&2; exit 2 ;;
+  esac
+done
 export AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-$(aws configure get region)}
+stack=workset-$stage
 out=build/deploy-$stage
 infra/build.sh "$stage" "$out"
 
+# The console secret: made once, never overwritten (describe-parameters answers without decrypting).
+secret_name=/workset/$stage/console-secret
+secret_type=$(aws ssm describe-parameters --parameter-filters "Key=Name,Values=$secret_name" \
+  --query "Parameters[0].Type" --output text)
+if [ "$secret_type" = "None" ]; then
+  secret_file=$(mktemp)
+  trap 'rm -f "$secret_file"' EXIT
+  # file:// keeps the value off the command line (and out of the process list)
+  .venv/bin/python -c 'import secrets, sys; sys.stdout.write(secrets.token_urlsafe(48))' >"$secret_file"
+  aws ssm put-parameter --name "$secret_name" --type SecureString --value "file://$secret_file" \
+    --description "Workset $stage: signs console sessions" >/dev/null
+  rm -f "$secret_file"
+  echo "made $secret_name"
+elif [ "$secret_type" != "SecureString" ]; then
+  echo "$secret_name is a $secret_type: delete it, or make it a SecureString, and run again" >&2
+  exit 1
+fi
+
+# Log groups Lambda made before the stack owned them (see the top of this file).
+if aws cloudformation describe-stacks --stack-name "$stack" >/dev/null 2>&1 &&
+   ! aws cloudformation describe-stack-resource --stack-name "$stack" \
+       --logical-resource-id APIHandlerLogGroup >/dev/null 2>&1; then
+  functions=$(.venv/bin/python -c 'import json, sys
+resources = json.load(open(sys.argv[1]))["Resources"]
+print(" ".join(i for i, r in resources.items() if r["Type"] == "AWS::Serverless::Function"))' "$out/sam.json")
+  existing=()
+  for function in $functions; do
+    name=$(aws cloudformation describe-stack-resource --stack-name "$stack" --logical-resource-id "$function" \
+      --query StackResourceDetail.PhysicalResourceId --output text 2>/dev/null) || continue
+    found=$(aws logs describe-log-groups --log-group-name-prefix "/aws/lambda/$name" \
+      --query "length(logGroups[?logGroupName=='/aws/lambda/$name'])" --output text)
+    if [ "$found" != "0" ]; then existing+=("/aws/lambda/$name"); fi
+  done
+  if [ ${#existing[@]} -gt 0 ]; then
+    echo "The stack now makes its functions' log groups, and these exist already (Lambda made them):" >&2
+    for group in "${existing[@]}"; do echo "  aws logs delete-log-group --log-group-name $group" >&2; done
+    echo "Export what you need from them, run the commands above, then deploy again." >&2
+    exit 1
+  fi
+fi
+
 aws cloudformation package --template-file "$out/sam.json" --s3-bucket "$bucket" \
   --output-template-file "$out/packaged.yaml"
-aws cloudformation deploy --template-file "$out/packaged.yaml" --stack-name "workset-$stage" \
-  --capabilities CAPABILITY_IAM --parameter-overrides "Stage=$stage"
-aws cloudformation describe-stacks --stack-name "workset-$stage" --query "Stacks[0].Outputs" --output table
+aws cloudformation deploy --template-file "$out/packaged.yaml" --stack-name "$stack" \
+  --capabilities CAPABILITY_IAM --no-fail-on-empty-changeset --parameter-overrides "Stage=$stage" "$@"
+aws cloudformation describe-stacks --stack-name "$stack" --query "Stacks[0].Outputs" --output table

@@ -21,6 +21,8 @@
   the policies use (and fails on any other).
 - `chalice package` runs for real and `cfn-lint` checks what it produced; its SQS event sources
   must read the queues the fragment declares.
+- What a deployment needs beyond that (the stage's parameters in SSM, log groups, alarms, the
+  listen's hold against the timeouts) is checked in tests/test_deploy.py.
 """
 
 from __future__ import annotations
@@ -364,18 +366,35 @@ def test_the_secrets_key_is_rotated_retained_and_named_as_the_function_expects(s
     assert secrets_key_problems(template(), stage) == []
 
 
+# What the fragment holds besides tables, key and queues (tests/test_deploy.py checks each kind):
+# the stage's public-url parameter, a log group per function, the alarms and their topic.
+CHALICE_FUNCTIONS = 4  # APIHandler, Sweep, SweepWorker, WebhookConsumer
+
+
+def observability_types() -> list[str]:
+    """A log group per function; alarms: each dead-letter queue, each function's errors and
+    throttles, the API's 5xx, each table's throttling."""
+    return (["AWS::SSM::Parameter", "AWS::SNS::Topic", "AWS::SNS::Subscription"]
+            + ["AWS::Logs::LogGroup"] * CHALICE_FUNCTIONS
+            + ["AWS::CloudWatch::Alarm"] * (len(QUEUES) + 2 * CHALICE_FUNCTIONS + 1 + len(TABLES)))
+# The API's name, which the 5XXError alarm names: one per stage (as Name, and as the definition's
+# title, which API Gateway may take instead).
+API_NAME = {"Fn::Sub": "workset-${Stage}"}
+
+
 def test_the_template_holds_the_tables_the_secrets_key_and_the_queues_and_nothing_else() -> None:
     types = sorted(resource["Type"] for resource in own_resources(template()).values())
     assert types == sorted(["AWS::DynamoDB::Table"] * len(TABLES) + ["AWS::KMS::Key", "AWS::KMS::Alias"]
-                           + ["AWS::SQS::Queue"] * 2 * len(QUEUES))
+                           + ["AWS::SQS::Queue"] * 2 * len(QUEUES) + observability_types())
     # and on Chalice's resources, only the consumers' wait for their queues (and the partial
-    # batch responses of those that answer them)
+    # batch responses of those that answer them), and the API's name
     assert overlays(template()) == expected_overlays()
 
 
 def expected_overlays() -> dict[str, dict[str, Any]]:
-    """What the fragment must add to Chalice's consumer functions, by `QUEUES`."""
-    wanted: dict[str, dict[str, Any]] = {}
+    """What the fragment must add to Chalice's consumer functions, by `QUEUES`, and to its API."""
+    wanted: dict[str, dict[str, Any]] = {
+        "RestAPI": {"Properties": {"Name": API_NAME, "DefinitionBody": {"info": {"title": API_NAME}}}}}
     for queue in QUEUES:
         overlay: dict[str, Any] = {"DependsOn": [queue.logical_id]}
         if queue.reports_batch_item_failures:
@@ -745,11 +764,23 @@ def test_the_stage_parameter_allows_exactly_the_chalice_stages() -> None:
     assert sorted(parameter["AllowedValues"]) == stages()
 
 
+# Plain stand-ins for the resources of Chalice's that the fragment names (log groups and alarms
+# name the functions, the public URL the API), so that the fragment lints alone.
+CHALICE_STANDINS: dict[str, dict[str, Any]] = {
+    **{function: {"Type": "AWS::Lambda::Function", "Properties": {
+        "Runtime": "python3.12", "Handler": "app.app", "Code": {"ZipFile": "app = None"},
+        "Role": "arn:aws:iam::123456789012:role/standin"}}
+       for function in ("APIHandler", "Sweep", "SweepWorker", "WebhookConsumer")},
+    "RestAPI": {"Type": "AWS::ApiGateway::RestApi", "Properties": {"Name": "standin"}},
+}
+
+
 def test_the_fragment_alone_passes_cfn_lint(tmp_path: Path) -> None:
     """Fast feedback that needs no packaging (the full template is linted further down). The
-    overlays on Chalice's resources are left out: alone, they are not resources."""
+    overlays on Chalice's resources are left out: alone, they are not resources; the resources
+    of Chalice's that it names are stood in for."""
     own = template()
-    own["Resources"] = own_resources(own)
+    own["Resources"] = own_resources(own) | CHALICE_STANDINS
     path = tmp_path / "resources.json"
     path.write_text(json.dumps(own))
     findings = cfn_lint(path)
@@ -767,7 +798,9 @@ def test_stage_configuration(stage: str) -> None:
     assert config.app_name == "workset"
     assert environment["WORKSET_STAGE"] == stage
     assert environment["WORKSET_TABLE_PREFIX"] == f"workset-{stage}"
-    assert environment["WORKSET_PUBLIC_URL"].startswith("https://")
+    # the stack writes the public URL to /workset/<stage>/public-url (tests/test_deploy.py), which
+    # the function reads where WORKSET_PUBLIC_URL is unset; the console secret likewise
+    assert "WORKSET_PUBLIC_URL" not in environment and "WORKSET_CONSOLE_SECRET" not in environment
     assert config.autogen_policy is False
     assert config.iam_policy_file == f"policy-{stage}.json"
     assert (CHALICE_DIR / config.iam_policy_file).is_file()
@@ -815,10 +848,18 @@ def _condition_holds(operator: str, key: str, wanted: list[str], context: Contex
         return any(value in wanted for value in values)
     if operator == "ForAllValues:StringEquals":  # every request value is wanted; absent: TRUE
         return all(value in wanted for value in values)
+    if operator == "StringLike":  # single-valued key, case-sensitive, * and ? as wildcards
+        return len(values) == 1 and any(_like(values[0], pattern) for pattern in wanted)
     if operator == "Null":
         assert wanted in (["true"], ["false"]), wanted
         return (not values) == (wanted == ["true"])
     raise AssertionError(f"allows() cannot evaluate condition operator {operator!r}: teach it, precisely")
+
+
+def _like(value: str, pattern: str) -> bool:
+    """IAM's StringLike: `*` any run of characters, `?` one character, nothing else special."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value, re.DOTALL) is not None
 
 
 def allows(document: dict[str, Any], action: str, resource: str, context: Context | None = None) -> bool:
@@ -860,8 +901,17 @@ def test_allows_evaluates_conditions_as_iam_does() -> None:
     assert allows(single, "kms:Encrypt", KEY_ARN, {"kms:RequestAlias": "alias/a"})
     assert not allows(single, "kms:Encrypt", KEY_ARN, {"kms:RequestAlias": "alias/b"})
     assert not allows(single, "kms:Encrypt", KEY_ARN)
+    like = {"Statement": [{"Effect": "Allow", "Action": "kms:Decrypt", "Resource": "*",
+                           "Condition": {"StringLike": {"kms:ViaService": "ssm.*.amazonaws.com",
+                                                        "kms:EncryptionContext:PSARN": "arn:*:p/a?"}}}]}
+    via = {"kms:ViaService": "ssm.eu-west-1.amazonaws.com", "kms:EncryptionContext:PSARN": "arn:x:p/ab"}
+    assert allows(like, "kms:Decrypt", KEY_ARN, via)
+    assert not allows(like, "kms:Decrypt", KEY_ARN, via | {"kms:ViaService": "sqs.eu-west-1.amazonaws.com"})
+    assert not allows(like, "kms:Decrypt", KEY_ARN, via | {"kms:ViaService": "SSM.eu-west-1.amazonaws.com"})
+    assert not allows(like, "kms:Decrypt", KEY_ARN, via | {"kms:EncryptionContext:PSARN": "arn:x:p/abc"})
+    assert not allows(like, "kms:Decrypt", KEY_ARN, {"kms:ViaService": "ssm.eu-west-1.amazonaws.com"})
     unknown = {"Statement": [{"Effect": "Allow", "Action": "kms:Encrypt", "Resource": "*",
-                              "Condition": {"StringLike": {"kms:RequestAlias": "alias/*"}}}]}
+                              "Condition": {"StringNotEquals": {"kms:RequestAlias": "alias/b"}}}]}
     with pytest.raises(AssertionError, match="cannot evaluate"):
         allows(unknown, "kms:Encrypt", KEY_ARN, {"kms:RequestAlias": "alias/a"})
 
@@ -1060,7 +1110,12 @@ def exercise_store() -> set[str]:
     assert runs.get("r4").status == "expired"
     assert set(agents.load_state("a1").leases) == {"r2"}
     assert runs.finish(r2, "succeeded", now, result={}) is True
-    assert [r.run_id for r in run(runs.list_for_agent, "a1", limit=10).items] == ["r4", "r3", "r2", "r1"]
+    # a large result is written apart from the run, before the transaction that ends it
+    r6 = new_run(6, runs.RUNNING)
+    runs.start(r6, use_due_at=None)
+    assert runs.finish(r6, "succeeded", now, result={"big": "x" * (runs.INLINE_RESULT_BYTES + 1)}) is True
+    assert runs.get("r6").result["big"].startswith("xxx")
+    assert [r.run_id for r in run(runs.list_for_agent, "a1", limit=10).items] == ["r6", "r4", "r3", "r2", "r1"]
     assert run(runs.get, "nope") is None
 
     # The sweep's reads (sparse, sharded indexes) and its bookkeeping writes.
@@ -1219,6 +1274,8 @@ def call_grant_problems(document: dict[str, Any], stage: str, calls: list[Call])
     needed = {call.action.lower() for call in calls}
     if QUEUES:  # and Lambda's event sources, through the consumers' roles
         needed |= {action.lower() for action in EVENT_SOURCE_ACTIONS}
+    # and chalicelib/config.py's reads of the stage's parameters (tests/test_deploy.py checks on what)
+    needed |= {action.lower() for action in CONFIG_ACTIONS}
     granted = {
         action.lower()
         for statement in _statements(document)
@@ -1257,6 +1314,10 @@ def test_policy_reaches_exactly_the_stage_tables_and_their_indexes(stage: str) -
     # and nothing of another stage
     for other in set(stages()) - {stage}:
         assert not allows(policy(stage), "dynamodb:GetItem", table_arn(other, "accounts"))
+
+
+# What chalicelib/config.py (not the store) calls: the stage's parameters in SSM.
+CONFIG_ACTIONS = ("ssm:GetParameter",)
 
 
 # The KMS actions on a key besides Encrypt and Decrypt (a wider grant must show up here as allowed).
@@ -1580,7 +1641,7 @@ def test_queue_making_and_polling_are_for_the_local_stack_only(
 
 
 # The services the function's role reaches; a new one is a deliberate change here.
-SERVICES = {"dynamodb", "kms", "logs", "sqs"}
+SERVICES = {"dynamodb", "kms", "logs", "sqs", "ssm"}
 
 
 @pytest.mark.parametrize("stage", stages())
@@ -1590,10 +1651,13 @@ def test_policy_lets_the_function_log_and_reaches_no_other_service(stage: str) -
     # the function's name: `chalice deploy` names it workset-<stage>; CloudFormation names it
     # <stack>-APIHandler-<random>, and infra/deploy.sh names the stack workset-<stage>
     for log_group in (f"{groups}/workset-{stage}", f"{groups}/workset-{stage}-APIHandler-1A2B3C4D5E6F"):
-        assert allows(document, "logs:CreateLogGroup", log_group)
+        # the stack makes the log groups (with their retention): a group the function made
+        # itself would keep its events forever, and would block the stack's own
+        assert not allows(document, "logs:CreateLogGroup", log_group)
         assert allows(document, "logs:CreateLogStream", f"{log_group}:log-stream:x")
         assert allows(document, "logs:PutLogEvents", f"{log_group}:log-stream:x")
     assert not allows(document, "logs:PutLogEvents", f"arn:aws:logs:{ARN_REGION}:{ARN_ACCOUNT}:log-group:/other")
+    assert not any(allows(document, "logs:CreateLogGroup", resource) for resource in ("*", f"{groups}/x"))
     for statement in _statements(document):
         assert all(a.split(":")[0] in SERVICES and "*" not in a for a in _as_list(statement["Action"]))
         assert "*" not in _as_list(statement["Resource"])
@@ -1760,8 +1824,9 @@ def test_packaged_template_is_consistent(packaged: dict[str, Any]) -> None:
     for logical_id, resource in own_resources(template()).items():  # tables, key, alias, queues
         assert resources[logical_id] == resource, logical_id
     for logical_id, overlay in overlays(template()).items():  # merged onto Chalice's resources
-        assert logical_id in functions, f"{logical_id} is no function of the packaged template"
+        assert logical_id in functions or logical_id == "RestAPI", f"{logical_id}: not Chalice's function or API"
         assert _merged_into(overlay, resources[logical_id]), (logical_id, overlay)
+    assert resources["RestAPI"]["Type"] == "AWS::Serverless::Api"
     assert packaged_template["Parameters"]["Stage"] == template()["Parameters"]["Stage"]
 
 

@@ -154,3 +154,47 @@ def test_link_local_and_unspecified_are_refused_even_where_private_networks_are_
     with pytest.raises(ForbiddenDestination):
         outbound.check_destination("http://metadata.example/", allow_private=True,
                                    resolver=lambda host, port: [address])
+
+
+def test_a_large_result_is_kept_apart_and_read_back_whole(admin: Admin, mcp: Mcp, vendor: Vendor) -> None:
+    from chalicelib.store import runs as run_store
+
+    # GIVEN a vendor answering far more than fits in the run item inline
+    admin.publish(request={"method": "GET", "url": f"{vendor.url}/orders"})
+    vendor.body = {"orders": [{"id": index, "note": "x" * 100} for index in range(200)]}
+    result = mcp.call("run_tool", {"vendor": "unleashed", "name": "list-sales-orders", "input": {"customer": "a"}})
+    run_id = result["_meta"]["io.workset/runId"]
+    # THEN the run item holds no result, its own item does, and every read sees the whole answer
+    from chalicelib.store.models import RunItem, RunResultItem
+
+    assert RunItem.get(run_id).result is None and RunItem.get(run_id).result_apart is True
+    assert RunResultItem.get(f"{run_id}{run_store.RESULT_SUFFIX}").result == vendor.body
+    assert admin.call("GET", f"/v1/runs/{run_id}").json_body["result"] == vendor.body
+    assert mcp.call("get_run", {"run_id": run_id})["structuredContent"]["result"] == vendor.body
+
+
+def test_a_small_result_rides_in_the_run_item(admin: Admin, mcp: Mcp, vendor: Vendor) -> None:
+    from chalicelib.store.models import RunItem
+
+    admin.publish(request={"method": "GET", "url": f"{vendor.url}/orders"})
+    result = mcp.call("run_tool", {"vendor": "unleashed", "name": "list-sales-orders", "input": {"customer": "a"}})
+    item = RunItem.get(result["_meta"]["io.workset/runId"])
+    assert item.result == {"orders": [{"id": 1}]} and not item.result_apart
+
+
+def test_a_run_past_its_retention_is_gone(admin: Admin, mcp: Mcp, vendor: Vendor, settings_env) -> None:
+    settings_env(WORKSET_RUN_RETENTION_DAYS="0")
+    admin.publish(request={"method": "GET", "url": f"{vendor.url}/orders"})
+    result = mcp.call("run_tool", {"vendor": "unleashed", "name": "list-sales-orders", "input": {"customer": "a"}})
+    run_id = result["_meta"]["io.workset/runId"]
+    assert admin.call("GET", f"/v1/runs/{run_id}").status_code == 404
+
+
+def test_the_result_item_cannot_be_read_as_a_run(admin: Admin, mcp: Mcp, vendor: Vendor) -> None:
+    admin.publish(request={"method": "GET", "url": f"{vendor.url}/orders"})
+    vendor.body = {"big": "y" * 10_000}
+    run_id = mcp.call("run_tool", {"vendor": "unleashed", "name": "list-sales-orders",
+                                   "input": {"customer": "a"}})["_meta"]["io.workset/runId"]
+    assert admin.call("GET", f"/v1/runs/{run_id}%23result").status_code == 404
+    answer = mcp.call("get_run", {"run_id": f"{run_id}#result"})
+    assert answer["structuredContent"]["error"]["code"] == "run_not_found"

@@ -368,8 +368,9 @@ def test_a_vendor_echoing_the_credential_never_shows_it(admin: Admin, agent: dic
     result = mcp.call("run_tool", {**ORDER, "input": {"email": "a@example.com"}})
     # THEN neither the answer nor the stored run holds it
     assert secret not in json.dumps(result)
-    runs = admin.call("GET", f"/v1/agents/{agent['id']}/runs").json_body["items"]
-    assert secret not in json.dumps(runs) and "[redacted]" in json.dumps(runs)
+    (listed,) = admin.call("GET", f"/v1/agents/{agent['id']}/runs").json_body["items"]
+    stored = admin.call("GET", f"/v1/runs/{listed['id']}").json_body
+    assert secret not in json.dumps(stored) and "[redacted]" in json.dumps(stored)
     # and a successful answer is redacted as well
     vendor.status, vendor.body = 200, {"token": secret, "url": f"https://x/?key={secret}"}
     ok = mcp.call("run_tool", {**ORDER, "input": {"email": "b@example.com"}})

@@ -65,7 +65,7 @@ def history(account_id: str, agent_id: str) -> dict[str, Any]:
 @admin_route("/v1/agents/{agent_id}/runs", "GET")
 def agent_runs(account_id: str, agent_id: str) -> dict[str, Any]:
     accounts.get_state(account_id, agent_id)
-    return shapes.page(runs.list_for_agent(agent_id, limit=limit(), cursor=query("cursor")), shapes.run)
+    return shapes.page(runs.list_for_agent(agent_id, limit=limit(), cursor=query("cursor")), shapes.run_summary)
 
 
 @admin_route("/v1/agents/{agent_id}/approvals", "GET")

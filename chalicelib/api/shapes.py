@@ -73,24 +73,26 @@ def page(result: Page, shape: Callable[[Any], dict[str, Any]]) -> dict[str, Any]
     return {"items": [shape(item) for item in result.items], "next": result.next}
 
 
-def run(record: Run) -> dict[str, Any]:
-    """A run: what was called, with what, and how it stands."""
+def run_summary(record: Run) -> dict[str, Any]:
+    """A run in a list: what was called and how it stands (`GET /v1/runs/{id}` has the rest)."""
     return {
         "id": record.run_id,
         "agent_id": record.agent_id,
         "vendor": record.vendor,
         "name": record.name,
         "version": record.version,
-        "input": record.input,
         "dry_run": record.dry_run,
         "status": record.status,
         "created_at": iso(record.created_at),
         "updated_at": iso(record.updated_at),
         "lease_expires_at": iso(record.lease_expires_at),
-        "result": record.result,
-        "error": record.error,
         "decided_by": record.decided_by,
     }
+
+
+def run(record: Run) -> dict[str, Any]:
+    """A run: what was called, with what, how it stands and what it answered."""
+    return {**run_summary(record), "input": record.input, "result": record.result, "error": record.error}
 
 
 def decision(record: Approval) -> dict[str, Any]:

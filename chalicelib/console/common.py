@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache, wraps
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlencode
 
 from chalice import Response
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from chalicelib import accounts, jsontext
 from chalicelib.clock import utcnow
@@ -27,6 +26,9 @@ from chalicelib.console import session as sessions
 from chalicelib.errors import InvalidInput, WorksetError
 from chalicelib.responses import GuardedBlueprint
 from chalicelib.store.records import Page
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 
 def _crashed(request_id: str) -> Response:
@@ -193,6 +195,9 @@ def _current_path(path: str, params: dict[str, str]) -> str:
 
 @lru_cache(maxsize=1)
 def _environment() -> Environment:
+    # jinja2 is imported on the first page, not with the app: MCP and API requests never render.
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
     environment = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True,
                               undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     environment.filters.update(present.FILTERS)

@@ -52,11 +52,13 @@ class Session:
 
 
 def session_key() -> bytes:
-    """The signing key: the deployment's console secret (local stages have a fixed default,
-    deployed ones must set WORKSET_CONSOLE_SECRET; without it the console refuses sign-in)."""
+    """The signing key: the deployment's console secret (local stages have a fixed default;
+    deployed ones read the SecureString /workset/<stage>/console-secret once, unless
+    WORKSET_CONSOLE_SECRET is set; without either the console refuses sign-in)."""
     secret = settings().console_secret
     if not secret:
-        raise NotConfigured("set WORKSET_CONSOLE_SECRET to sign console sessions on this stage")
+        raise NotConfigured("make /workset/<stage>/console-secret (infra/deploy.sh does) or set "
+                            "WORKSET_CONSOLE_SECRET to sign console sessions on this stage")
     return hashlib.sha256(b"workset-console\n" + secret.encode()).digest()
 
 

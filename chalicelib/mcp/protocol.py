@@ -15,26 +15,32 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import mcp_types
-from mcp_types.jsonrpc import (
-    HEADER_MISMATCH,
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    PARSE_ERROR,
-    UNSUPPORTED_PROTOCOL_VERSION,
-)
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
-
 from chalicelib import jsontext
 
+# The protocol's constants, written out here rather than imported: any `mcp_types` import runs
+# its package __init__, which builds every pydantic wire model (~0.1 s of each cold start) and
+# the endpoint uses none of them. tests/test_cold_start.py holds them equal to mcp_types'.
+# JSON-RPC 2.0 error codes (https://www.jsonrpc.org/specification#error_object):
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# MCP's own codes, 2026-07-28 revision (SEP-2243 header mismatch, SEP-2575 unsupported version):
+HEADER_MISMATCH = -32020
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+# Revisions, oldest first: those reached through `initialize`, and those with the per-request
+# `_meta` envelope (mcp_types.version).
+HANDSHAKE_PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+MODERN_PROTOCOL_VERSIONS = ("2026-07-28",)
+# The 2026-07-28 request envelope's `_meta` keys and the result's server info key.
+VERSION_META = "io.modelcontextprotocol/protocolVersion"
+CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+
 MODERN = MODERN_PROTOCOL_VERSIONS[-1]
-LEGACY = LATEST_HANDSHAKE_VERSION
+LEGACY = HANDSHAKE_PROTOCOL_VERSIONS[-1]
 SUPPORTED_VERSIONS = [MODERN, *reversed(HANDSHAKE_PROTOCOL_VERSIONS)]
-VERSION_META = mcp_types.PROTOCOL_VERSION_META_KEY
-CAPABILITIES_META = mcp_types.CLIENT_CAPABILITIES_META_KEY
-SERVER_INFO_META = mcp_types.SERVER_INFO_META_KEY
 
 # HTTP status of a JSON-RPC error on the modern path (2026-07-28 transports page): the client's
 # faults are 4xx. Our own crash, -32603, is the one server fault, so it is a 5xx there; codes

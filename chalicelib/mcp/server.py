@@ -9,24 +9,31 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from mcp_types.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-
 from chalicelib import accounts, runs, vendor, workingset
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
 from chalicelib.mcp import protocol, tasks
 from chalicelib.mcp.metatools import INSTRUCTIONS, META_TOOLS, Call, split_name, tool_definition
-from chalicelib.mcp.protocol import ProtocolError, Request
+from chalicelib.mcp.protocol import (
+    HANDSHAKE_PROTOCOL_VERSIONS,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    ProtocolError,
+    Request,
+)
 from chalicelib.store import outbox
-from chalicelib.vendor import Outcome
 from chalicelib.store.records import AgentState
+from chalicelib.vendor import Outcome
 
 SERVER_INFO = {"name": "workset", "version": "0.1.0"}
 RUN_ID_META = "io.workset/runId"  # every tool call is a run; get_run and the console know it by this id
 SUBSCRIPTION_META = "io.modelcontextprotocol/subscriptionId"
+# A held listen reads the agent's change counter (one strongly consistent GetItem) after 1 s, then
+# at doubling intervals up to 5 s: a change made around the listen's start is told within a
+# second, a later one at most 5 s late, and a 20 s hold makes 6 reads instead of 20.
 LISTEN_POLL_SECONDS = 1.0
+LISTEN_POLL_MAX_SECONDS = 5.0
 LIST_TTL_MS = 0  # the list changes whenever the agent promotes or demotes: never serve it stale
 
 
@@ -161,10 +168,12 @@ def _wait_for_change(state: AgentState) -> bool:
     """Hold the request (a buffered gateway cannot stream) until the agent's set changes or the
     hold ends; the client listens again after the close."""
     deadline = time.monotonic() + settings().listen_hold_seconds
-    while time.monotonic() < deadline:
-        time.sleep(min(LISTEN_POLL_SECONDS, max(deadline - time.monotonic(), 0)))
+    pause = LISTEN_POLL_SECONDS
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(pause, left))
         if outbox.change_seq(state.agent.agent_id) > state.change_seq:
             return True
+        pause = min(pause * 2, LISTEN_POLL_MAX_SECONDS)
     return False
 
 

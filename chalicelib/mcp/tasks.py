@@ -8,13 +8,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from mcp_types.jsonrpc import INVALID_PARAMS
-
 from chalicelib import jsontext, runs
 from chalicelib.clock import iso
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
-from chalicelib.mcp.protocol import ProtocolError, Request
+from chalicelib.mcp.protocol import INVALID_PARAMS, ProtocolError, Request
 from chalicelib.store.records import AgentState, Run
 
 EXTENSION = "io.modelcontextprotocol/tasks"

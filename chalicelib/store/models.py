@@ -33,7 +33,7 @@ from pynamodb.attributes import (
     UnicodeAttribute,
     UTCDateTimeAttribute,
 )
-from pynamodb.indexes import AllProjection, GlobalSecondaryIndex
+from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
 from chalicelib.config import settings
@@ -97,12 +97,21 @@ class ConsoleSessionItem(Model):
     ttl = TTLAttribute(null=True)
 
 
+# Every index projects only what its queries read, so the writes a run or a sweep makes to an
+# item (leases, flags, results) are not copied into indexes that never show them.
+# pynamodb filters a subclass's queries on the `kind` discriminator: every index of the agents
+# table projects it.
+AGENT_LISTED = ["kind", "name", "cap", "idle_window_days", "size", "webhook_url", "connection_scope"]
+RUN_SUMMARY = ["account_id", "vendor", "name", "version", "status", "updated_at", "lease_expires_at", "dry_run",
+               "decided_by"]
+
+
 class AgentsByAccount(GlobalSecondaryIndex["AgentSettingsItem"]):
-    """Sparse: only settings items carry `account_id`."""
+    """Sparse: only settings items carry `account_id`. Projects what the agents list shows."""
 
     class Meta:
         index_name = "by_account"
-        projection = AllProjection()
+        projection = IncludeProjection(AGENT_LISTED)
 
     account_id = UnicodeAttribute(hash_key=True)
     created_at = UTCDateTimeAttribute(range_key=True)
@@ -123,7 +132,7 @@ class AgentsToReview(GlobalSecondaryIndex["AgentSettingsItem"]):
 
     class Meta:
         index_name = "to_review"
-        projection = AllProjection()
+        projection = IncludeProjection(["kind", "account_id"])
 
     review_shard = UnicodeAttribute(hash_key=True)
 
@@ -134,7 +143,7 @@ class AgentsToAnnounce(GlobalSecondaryIndex["AgentSettingsItem"]):
 
     class Meta:
         index_name = "outbox"
-        projection = AllProjection()
+        projection = IncludeProjection(["kind"])
 
     outbox_shard = UnicodeAttribute(hash_key=True)
 
@@ -180,7 +189,7 @@ class PromotionsDue(GlobalSecondaryIndex["PromotionItem"]):
 
     class Meta:
         index_name = "due"
-        projection = AllProjection()
+        projection = IncludeProjection(["kind", "tool_key"])
 
     due_shard = UnicodeAttribute(hash_key=True)
     due_at = UTCDateTimeAttribute(range_key=True)
@@ -191,7 +200,7 @@ class PromotionsByTool(GlobalSecondaryIndex["PromotionItem"]):
 
     class Meta:
         index_name = "by_tool"
-        projection = AllProjection()
+        projection = IncludeProjection(["kind"])
 
     tool_key = UnicodeAttribute(hash_key=True)
 
@@ -268,22 +277,23 @@ class HistoryItem(Model):
 
 
 class RunsByAgent(GlobalSecondaryIndex["RunItem"]):
-    """An agent's runs, newest last."""
+    """An agent's runs, newest last: summaries (no input, no result)."""
 
     class Meta:
         index_name = "by_agent"
-        projection = AllProjection()
+        projection = IncludeProjection(RUN_SUMMARY)
 
     agent_id = UnicodeAttribute(hash_key=True)
     created_at = UTCDateTimeAttribute(range_key=True)
 
 
 class PendingByAccount(GlobalSecondaryIndex["RunItem"]):
-    """Sparse: only runs awaiting approval carry `pending_account_id`."""
+    """Sparse: only runs awaiting approval carry `pending_account_id`. A person decides on the
+    input, so it is projected with the summary (a waiting run has no result yet)."""
 
     class Meta:
         index_name = "pending_by_account"
-        projection = AllProjection()
+        projection = IncludeProjection([*RUN_SUMMARY, "agent_id", "input"])
 
     pending_account_id = UnicodeAttribute(hash_key=True)
     created_at = UTCDateTimeAttribute(range_key=True)
@@ -305,12 +315,28 @@ class RunItem(Model):
     created_at = UTCDateTimeAttribute()
     updated_at = UTCDateTimeAttribute()
     lease_expires_at = UTCDateTimeAttribute()
+    # a small result or error is kept here; a large one in its RunResultItem (`result_apart`), so
+    # the transaction that ends the run stays small
     result = JSONAttribute(null=True)
     error = JSONAttribute(null=True)
+    result_apart = BooleanAttribute(null=True)
     decided_by = UnicodeAttribute(null=True)
     pending_account_id = UnicodeAttribute(null=True)
+    ttl = TTLAttribute(null=True)  # runs are kept for WORKSET_RUN_RETENTION_DAYS
     by_agent = RunsByAgent()
     pending_by_account = PendingByAccount()
+
+
+class RunResultItem(Model):
+    """A large result (or error) of a run, in the runs table under `<run id>#result`, written on
+    its own before the run ends (one plain write, not doubled by a transaction nor copied into an
+    index: it carries none of their keys)."""
+
+    Meta = _meta("runs")
+    run_id = UnicodeAttribute(hash_key=True)
+    result = JSONAttribute(null=True)
+    error = JSONAttribute(null=True)
+    ttl = TTLAttribute(null=True)
 
 
 class ConnectionItem(Model):

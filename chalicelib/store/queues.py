@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 import boto3
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from chalicelib.config import settings
 
@@ -66,11 +66,12 @@ def receive(name: str, *, wait_seconds: int = 1, max_messages: int = 10) -> list
 
 def retry_later(name: str, receipt_handle: str, seconds: int) -> None:
     """Make a message that failed visible again after `seconds` (the retry's backoff). Best
-    effort: if SQS refuses (a stale receipt), the queue's own visibility timeout applies."""
+    effort: if SQS refuses (a stale receipt) or cannot be reached, the queue's own visibility
+    timeout applies."""
     try:
         _sqs().change_message_visibility(QueueUrl=_url(name), ReceiptHandle=receipt_handle,
                                          VisibilityTimeout=seconds)
-    except ClientError:
+    except (ClientError, BotoCoreError):
         pass
 
 

