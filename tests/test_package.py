@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ import pytest
 
 from chalicelib import embedder
 from infra.halve_model import halve_zip
-from tests.test_infra import NETWORK_TROUBLE, _skip_if_offline
+from tests.test_infra import NETWORK_TROUBLE
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_LIMIT_BYTES = 200 * 2**20  # Lambda allows 250 MiB unzipped; keep room to grow
@@ -42,6 +43,7 @@ NEEDED_WITHOUT_IMPORT = {
 }
 # Top-level entries of the zip that belong to no distribution.
 OWN_ENTRIES = {"app.py", "chalicelib", "chalice"}  # chalice package adds its runtime without metadata
+UNSATISFIED = re.compile(r"Could not (?:satisfy the requirement:|find a version that satisfies the requirement) (\S+)")
 QUERY = "list the sales orders of a customer"
 TOOLS = {
     "list-sales-orders": "List sales orders, filtered by customer and date.",
@@ -72,13 +74,21 @@ def _normal(name: str) -> str:
 
 
 def _offline(output: str) -> bool:
-    """Whether the build failed for want of the package index: chalice's own report (asked of
-    pip, as tests/test_infra.py does), or pip's retries while installing vendor/."""
-    try:
-        _skip_if_offline(output)
-    except pytest.skip.Exception:
+    """Whether the build failed for want of the package index. pip (installing vendor/) and
+    chalice (vendoring requirements.txt) report an index they cannot reach as a requirement that
+    does not exist: ask pip again for that requirement, as tests/test_infra.py does."""
+    if NETWORK_TROUBLE.search(output):
         return True
-    return NETWORK_TROUBLE.search(output) is not None
+    missing = UNSATISFIED.search(output)
+    if not missing:
+        return False
+    with tempfile.TemporaryDirectory() as scratch:
+        again = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "--retries", "1",
+             "--dest", scratch, missing.group(1)],
+            capture_output=True, text=True, timeout=300, check=False,
+        )
+    return again.returncode != 0 and NETWORK_TROUBLE.search(again.stdout + again.stderr) is not None
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +157,8 @@ def _distributions(root: Path) -> dict[str, set[str]]:
     for record in root.glob("*.dist-info/RECORD"):
         name = _normal(record.parent.name[: -len(".dist-info")].split("-")[0])
         tops = {line.split(",")[0].split("/")[0] for line in record.read_text().splitlines() if line}
-        owned[name] = {t for t in tops if not t.endswith((".dist-info", ".data")) and t not in ("..", "bin")}
+        # ".." entries are what pip would put outside site-packages (console scripts)
+        owned[name] = {t for t in tops if not t.endswith((".dist-info", ".data")) and t != ".."}
     return owned
 
 
@@ -204,8 +215,9 @@ def test_every_distribution_is_imported_or_needed(package: dict[str, Any], probe
     needed = {name for name, tops in owned.items() if name in NEEDED_WITHOUT_IMPORT}
     assert needed == set(NEEDED_WITHOUT_IMPORT), "NEEDED_WITHOUT_IMPORT names what the package lacks"
     assert not {name for name in needed if {_module(t) for t in owned[name]} & loaded}, "imported after all"
-    stray = {p.name for p in package["dir"].iterdir()} - set().union(*owned.values()) - OWN_ENTRIES
-    assert not {s for s in stray if not s.endswith((".dist-info", ".data"))}, stray
+    tops = {info.filename.split("/")[0] for info in package["infos"]}
+    stray = {t for t in tops if not t.endswith((".dist-info", ".data"))} - set().union(*owned.values()) - OWN_ENTRIES
+    assert not stray, f"in the package, owned by no distribution: {sorted(stray)}"
 
 
 def test_package_ranks_with_the_same_vectors_as_here(package: dict[str, Any], probe: dict[str, Any]) -> None:

@@ -20,10 +20,13 @@ from chalicelib import config, notify
 from chalicelib.store import agents as agent_store
 from chalicelib.store import outbox, queues, vault
 from local import workers
+from tests import test_observability
 from tests.conftest import Admin, Mcp, Vendor
-from tests.test_observability import lines, logged, metrics  # noqa: F401 - the fixture is used by name
+from tests.test_observability import lines, metrics
 
-try:  # the Standard Webhooks reference library, where it is installed (requirements-dev.txt)
+logged = test_observability.logged  # the structured lines, as a fixture of this module too
+
+try:  # the Standard Webhooks reference library (PyPI: standardwebhooks), where it is installed
     from standardwebhooks import Webhook
 except ImportError:  # pragma: no cover - the receiver then checks as tests/test_webhooks.py does
     Webhook = None
