@@ -10,7 +10,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from chalicelib import accounts, connections, hosts, schemas
+from chalicelib import accounts, connections, hosts
 from chalicelib.config import settings
 from chalicelib.errors import (
     Conflict,
@@ -162,6 +162,8 @@ class ToolSpec(BaseModel):
     def _object_schema(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
         if value is None or (info.context or {}).get("stored"):
             return value  # a stored definition was checked when it was published
+        from chalicelib import schemas  # jsonschema and RE2: loaded by the first publish or call, not at import
+
         schemas.check_publishable(value)
         return value
 

@@ -7,7 +7,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from chalicelib import schemas
 from chalicelib.errors import InvalidInput
 
 M = TypeVar("M", bound=BaseModel)
@@ -43,6 +42,8 @@ def check_instance(schema: dict[str, Any], instance: Any, *, root: str = "input"
     """Validate a tool's input against its JSON Schema; the most relevant error names its field.
     A schema that cannot be applied safely (it refers outside itself, recursion, too much work)
     is InvalidInput too, never a crash or a fetch."""
+    from chalicelib import schemas  # jsonschema and RE2: loaded by the first call, not at import
+
     try:
         error = schemas.best_error(schema, instance)
     except schemas.SchemaUnusable as problem:
