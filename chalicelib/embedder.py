@@ -24,7 +24,7 @@ import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -41,7 +41,7 @@ _HEADS = 12
 _LAYER_NORM_EPS = 1e-12  # config.json
 _MASKED = np.float32(-1e9)  # added to attention scores of padding: exp() of it is exactly 0
 _CHUNK_BYTES = 1 << 20  # decompression step when reading the weights
-_FLOAT_DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2")}
+_FLOAT_DTYPES: dict[str, np.dtype[Any]] = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2")}
 
 
 def model_zip() -> Path:

@@ -124,7 +124,7 @@ def probe(package: dict[str, Any]) -> dict[str, Any]:
                    "OPENBLAS_NUM_THREADS": "1", **variables}
     imported = sorted(_imports([package["dir"] / "app.py", *(package["dir"] / "chalicelib").rglob("*.py")]))
     result = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", PROBE, str(package["dir"]), json.dumps(imported), json.dumps(TOOLS),
+        [sys.executable, "-I", "-S", "-B", "-c", PROBE, str(package["dir"]), json.dumps(imported), json.dumps(TOOLS),
          QUERY],
         cwd=package["dir"], env=environment, capture_output=True, text=True, timeout=300, check=False,
     )

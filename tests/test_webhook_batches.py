@@ -26,10 +26,7 @@ from tests.test_observability import lines, metrics
 
 logged = test_observability.logged  # the structured lines, as a fixture of this module too
 
-try:  # the Standard Webhooks reference library (PyPI: standardwebhooks), where it is installed
-    from standardwebhooks import Webhook
-except ImportError:  # pragma: no cover - the receiver then checks as tests/test_webhooks.py does
-    Webhook = None
+from standardwebhooks import Webhook  # the Standard Webhooks reference library, not our own signing
 
 
 @dataclass
@@ -64,12 +61,7 @@ def hook() -> Iterator[Hook]:
 
 def verified(secret: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
     """The delivery's JSON, once its Standard Webhooks signature checks out."""
-    if Webhook is not None:
-        return Webhook(secret).verify(body, headers)
-    from tests.test_webhooks import Receiver
-
-    assert Receiver(url="", secret=secret).verify(headers, body)
-    return json.loads(body)
+    return Webhook(secret).verify(body, headers)
 
 
 @pytest.fixture
