@@ -43,7 +43,7 @@ class AgentSettings(BaseModel):
     """The settings a person may change; every field optional so PATCH can send any subset
     (`webhook_url: null` removes the webhook)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     name: str | None = Field(default=None, min_length=1, max_length=100)
     cap: int | None = Field(default=None, ge=CAP_RANGE[0], le=CAP_RANGE[1], strict=True)
     idle_window_days: int | None = Field(
@@ -182,7 +182,7 @@ def is_agent(actor: str) -> bool:
 class AllowedHosts(BaseModel):
     """`{allowed_hosts: [...]}`: keyless hosts (`host` or `host:port`) agent-authored tools may call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     allowed_hosts: list[Annotated[str, AfterValidator(hosts.checked_entry)]] = Field(max_length=MAX_ALLOWED_HOSTS)
 
 

@@ -33,13 +33,13 @@ class ConnectionRevoked(WorksetError):
 
 
 class BearerAuth(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     type: Literal["bearer"]
     token: SecretStr = Field(min_length=1, max_length=4096)
 
 
 class HeaderAuth(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     type: Literal["header"]
     name: str = Field(pattern=r"^[A-Za-z0-9-]{1,64}$")
     value: SecretStr = Field(min_length=1, max_length=4096)
@@ -56,7 +56,7 @@ class NewConnection(BaseModel):
     """`{vendor, auth, hosts?}`: `hosts` (`host` or `host:port`) limits where the credential may
     ever be sent: that host and port, over https (http only where private networks are allowed)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     vendor: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,30}$")
     auth: Annotated[BearerAuth | HeaderAuth, Field(discriminator="type")]
     hosts: list[Annotated[str, AfterValidator(allowed_hosts.checked_entry)]] = Field(default_factory=list,

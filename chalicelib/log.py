@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chalicelib import jsontext
-from chalicelib.config import settings
 
 LOGGER = "workset.events"
 TRACE_FRAMES = 5  # the innermost frames: enough to find the line, short enough to read
@@ -184,6 +183,8 @@ def _embed(line: dict[str, Any], metrics: list[Metric]) -> dict[str, Any]:
     """The line as an EMF document: each metric's value a top-level member, each dimension a
     top-level string member (the spec requires every target member at the root), one directive
     per set of dimensions."""
+    from chalicelib.config import settings  # config logs through this module: import it when used
+
     line = {**line, "stage": settings().stage}
     directives: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for metric in metrics:

@@ -43,7 +43,7 @@ RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "co
 class Annotations(BaseModel):
     """MCP tool annotations; absent hints take MCP's defaults (a tool writes unless read-only)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     title: str | None = Field(default=None, max_length=200)
     readOnlyHint: bool | None = None
     destructiveHint: bool | None = None
@@ -55,7 +55,7 @@ class RequestTemplate(BaseModel):
     """How a call becomes an HTTP request: `{field}` in the URL's path or query is filled from the
     input. Whatever publishes must run, so everything a call would trip on is refused here."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
     url: str = Field(max_length=2000)
     headers: dict[str, str] = Field(default_factory=dict, max_length=50)
@@ -147,7 +147,7 @@ def _checked_url(value: str) -> str:
 class ToolSpec(BaseModel):
     """A tool definition as an admin or an agent publishes it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     vendor: str = Field(pattern=NAME_PATTERN)
     name: str = Field(pattern=NAME_PATTERN)
     description: str = Field(min_length=1, max_length=4000)

@@ -7,6 +7,10 @@ bench, not here."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import mcp_types
@@ -80,3 +84,28 @@ def test_the_watch_covers_every_heavy_package(cold: dict[str, dict[str, Any]]) -
 def test_protocol_constants_equal_mcp_types(ours: Any, theirs: Any) -> None:
     # chalicelib/mcp/protocol.py writes them out so the endpoint need not import mcp_types
     assert ours == theirs
+
+
+def _modules() -> list[str]:
+    import pkgutil
+
+    import chalicelib
+
+    return sorted(info.name for info in pkgutil.walk_packages(chalicelib.__path__, "chalicelib."))
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_module_imports_first_on_its_own() -> None:
+    """An entry point may import any module first (a circular import shows only then)."""
+    script = (
+        "import subprocess, sys\n"
+        f"failed = [m for m in {_modules()!r} if subprocess.run([sys.executable, '-c', 'import ' + m],"
+        " capture_output=True).returncode]\n"
+        "print(failed)\n"
+    )
+    environment = {**os.environ, "WORKSET_STAGE": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    answer = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
+                            cwd=ROOT, check=True)
+    assert answer.stdout.strip() == "[]", answer.stdout

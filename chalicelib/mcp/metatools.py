@@ -33,13 +33,13 @@ INSTRUCTIONS = (
 
 
 class FindToolArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     query: str = Field(min_length=1, max_length=500, description="What you want to do, in plain words.")
     limit: int = Field(default=FIND_LIMIT_DEFAULT, ge=1, le=FIND_LIMIT_MAX, description="Most hits to answer.")
 
 
 class ToolRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     vendor: str = Field(pattern=NAME_PATTERN, description="The tool's vendor, as find_tool answers it.")
     name: str = Field(pattern=NAME_PATTERN, description="The tool's name, as find_tool answers it.")
 
@@ -52,7 +52,7 @@ class RunToolArgs(ToolRef):
 
 
 class GetRunArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     run_id: str = Field(min_length=1, max_length=64, description="The run_id a call answered.")
 
 
