@@ -194,7 +194,7 @@ def operations(admin: Any, mcp: Any, vendor: Any, client: Any) -> dict[str, Call
 def main() -> None:
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("WORKSET_STAGE", "test")
-    from tests.conftest import Admin, Mcp, Vendor  # the test harness (it also fakes the AWS environment)
+    from tests.conftest import Admin, Mcp  # the test harness (it also fakes the AWS environment)
     from moto import mock_aws
 
     with mock_aws():

@@ -4,9 +4,11 @@ Chalice test client, helper actions for the admin API and MCP, and a real local 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -70,6 +72,26 @@ def aws() -> Iterator[None]:
         queues.ensure(config.settings().webhook_queue)
         toolbox._indexes.clear()
         yield
+
+
+@pytest.fixture
+def logged(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """The structured lines of the events logger (it does not propagate to the root)."""
+    from chalicelib import log
+
+    logger = logging.getLogger(log.LOGGER)
+    logger.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger=log.LOGGER)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+def log_lines(caplog: pytest.LogCaptureFixture, kind: str | None = None) -> list[dict[str, Any]]:
+    """The JSON lines the events logger wrote, optionally only those of one `kind`."""
+    from chalicelib import log
+
+    found = [json.loads(record.getMessage()) for record in caplog.records if record.name == log.LOGGER]
+    return [line for line in found if kind is None or line["kind"] == kind]
 
 
 @pytest.fixture
@@ -224,6 +246,19 @@ def agent(admin: Admin) -> dict[str, Any]:
 @pytest.fixture
 def mcp(client: Client, agent: dict[str, Any]) -> Mcp:
     return Mcp(client, agent["api_key"])
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server on 127.0.0.1 with `handler`; yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @dataclass

@@ -6,8 +6,6 @@ embedded metric format (EMF), dimensioned by few-valued fields only."""
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -16,24 +14,12 @@ from chalice.test import Client
 
 from chalicelib import log, workingset
 from chalicelib.clock import iso, utcnow
-from tests.conftest import Admin, Mcp, Vendor
+from tests.conftest import Admin, Mcp, Vendor, log_lines
 
 CANARY = "canary-input-7f3a"  # a value a tool's input carries, which no line may show
 
 
-@pytest.fixture
-def logged(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """The structured lines of the events logger (it does not propagate to the root)."""
-    logger = logging.getLogger(log.LOGGER)
-    logger.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO, logger=log.LOGGER)
-    yield caplog
-    logger.removeHandler(caplog.handler)
-
-
-def lines(caplog: pytest.LogCaptureFixture, kind: str | None = None) -> list[dict[str, Any]]:
-    found = [json.loads(record.getMessage()) for record in caplog.records if record.name == log.LOGGER]
-    return [line for line in found if kind is None or line["kind"] == kind]
+lines = log_lines
 
 
 def metrics(line: dict[str, Any]) -> dict[str, Any]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +16,7 @@ from pynamodb.connection.base import Connection
 
 from chalicelib import accounts, jsontext, log, toolbox, workingset
 from chalicelib.api import common as api_common
-from tests.conftest import Admin, Mcp, Vendor, tool_spec
+from tests.conftest import Admin, Mcp, Vendor, log_lines, tool_spec
 from tests.test_console import Console
 
 SURROGATE = "\ud800"
@@ -34,24 +32,7 @@ def cursor_of(key: Any) -> str:
     return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
 
 
-@pytest.fixture
-def logged(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """The structured lines of the "workset" logger (Chalice's app logger does not propagate)."""
-    logger = logging.getLogger(log.LOGGER)
-    logger.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO, logger=log.LOGGER)
-    yield caplog
-    logger.removeHandler(caplog.handler)
-
-
-def lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
-    found = []
-    for record in caplog.records:
-        try:
-            found.append(json.loads(record.getMessage()))
-        except ValueError:
-            continue
-    return found
+lines = log_lines
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from chalice.test import Client
 
 from chalicelib.store import agents as agent_store
-from tests.conftest import Admin, Mcp, Vendor, tool_spec
+from tests.conftest import Admin, Mcp, Vendor, log_lines, tool_spec
 
 ORDER = {"vendor": "crm", "name": "add-contact"}
 
@@ -512,14 +512,8 @@ def test_calling_a_tool_that_is_not_promoted_by_name_is_an_unknown_tool(admin: A
 def test_a_crash_in_our_own_code_ends_the_run_and_releases_its_lease(admin: Admin, agent: dict[str, Any],
                                                                      client: Client, mcp: Mcp, vendor: Vendor,
                                                                      monkeypatch: pytest.MonkeyPatch,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
-    import logging
-
-    from chalicelib import log
+                                                                     logged: pytest.LogCaptureFixture) -> None:
     from chalicelib import vendor as vendor_module
-
-    logging.getLogger(log.LOGGER).addHandler(caplog.handler)
-    monkeypatch.setattr(caplog.handler, "level", logging.INFO)
 
     admin.publish(**_write_tool(vendor, annotations={"readOnlyHint": True},
                                 request={"method": "GET", "url": f"{vendor.url}/x"}))
@@ -535,8 +529,7 @@ def test_a_crash_in_our_own_code_ends_the_run_and_releases_its_lease(admin: Admi
     state = agent_store.load_state(agent["id"])
     assert state is not None and state.leases == {}
     # the crash is logged once, with the run and the request it came in on
-    logging.getLogger(log.LOGGER).removeHandler(caplog.handler)
-    crashes = [json.loads(r.getMessage()) for r in caplog.records if '"run_crashed"' in r.getMessage()]
+    crashes = log_lines(logged, "run_crashed")
     assert [(line["run_id"], bool(line["request_id"]), line["error"]) for line in crashes] == [
         (run["id"], True, "RuntimeError")]
     # other agents are still served

@@ -6,10 +6,9 @@ SQS error after a committed change leaves it to the sweep's drain, never to the 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -20,11 +19,9 @@ from chalicelib import config, notify
 from chalicelib.store import agents as agent_store
 from chalicelib.store import outbox, queues, vault
 from local import workers
-from tests import test_observability
-from tests.conftest import Admin, Mcp, Vendor
+from tests.conftest import Admin, Mcp, Vendor, serving
 from tests.test_observability import lines, metrics
 
-logged = test_observability.logged  # the structured lines, as a fixture of this module too
 
 from standardwebhooks import Webhook  # the Standard Webhooks reference library, not our own signing
 
@@ -51,12 +48,9 @@ def hook() -> Iterator[Hook]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield state
-    server.shutdown()
-    server.server_close()
+    with serving(Handler) as base:
+        state.url = f"{base}/hook"
+        yield state
 
 
 def verified(secret: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:

@@ -7,10 +7,9 @@ import base64
 import hashlib
 import hmac
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from chalicelib import config
 from chalicelib.clock import iso, utcnow
 from chalicelib.store import queues
 from local import workers
-from tests.conftest import Admin, Mcp, Vendor
+from tests.conftest import Admin, Mcp, Vendor, serving
 
 DAY_LATER = 22
 
@@ -65,12 +64,9 @@ def receiver() -> Iterator[Receiver]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield state
-    server.shutdown()
-    server.server_close()
+    with serving(Handler) as base:
+        state.url = f"{base}/hook"
+        yield state
 
 
 @pytest.fixture
