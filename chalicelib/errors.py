@@ -124,6 +124,14 @@ class QuotaExceeded(WorksetError):
     status = 429
 
 
+class Busy(WorksetError):
+    """The store kept refusing a write for transient reasons (throttling, a conflicting
+    transaction) past the retry budget; nothing was written. Try again shortly."""
+
+    code = "busy"
+    status = 503
+
+
 class InternalError(WorksetError):
     """Something failed inside Workset; the request and run ids are logged with the cause."""
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import random
+import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
@@ -18,7 +21,7 @@ from pynamodb.transactions import TransactWrite
 
 from chalicelib import jsontext
 from chalicelib.config import settings
-from chalicelib.errors import Conflict, InvalidInput
+from chalicelib.errors import Busy, Conflict, InvalidInput
 from chalicelib.store.records import Page
 
 CURSOR_CHARS = 4096  # four key attributes of DynamoDB's size, base64: far below this
@@ -40,14 +43,57 @@ class ConditionFailed(Conflict):
         self.reasons = reasons
 
 
+# Cancellation reasons that say "not now" rather than "no": the same transaction may succeed if
+# sent again. DynamoDB's own SDK retries never cover them (they arrive as a cancelled transaction).
+TRANSIENT_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded", "TransactionConflict"})
+TRANSIENT_ERRORS = frozenset({"TransactionInProgressException", "ThrottlingException",
+                              "ProvisionedThroughputExceededException", "InternalServerError"})
+ATTEMPTS = 5
+BACKOFF_BASE_SECONDS = 0.05
+BACKOFF_CAP_SECONDS = 0.8  # with full jitter, five attempts wait at most ~1.55 s in all
+
+
+class _RetriedWrite(TransactWrite):
+    """A TransactWrite sent with one idempotency token (`ClientRequestToken`) for every attempt,
+    and sent again, with jittered backoff, while DynamoDB cancels it for transient reasons. The
+    items are built once, so every attempt sends the same request, as the token requires: if an
+    attempt committed but its answer was lost, the next one is answered from the first."""
+
+    def _commit(self) -> Any:  # pynamodb's hook that sends the transaction on leaving the block
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return super()._commit()
+            except TransactWriteError as error:
+                if attempt == ATTEMPTS or not _transient(error):
+                    if _transient(error):
+                        raise Busy("the store is busy (throttled or contended); nothing was changed, "
+                                   "try again shortly") from error
+                    raise
+                time.sleep(random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** attempt)))
+        raise AssertionError("unreachable")
+
+
+def _reasons(error: TransactWriteError) -> list[str | None]:
+    return [reason.code if reason else None for reason in (error.cancellation_reasons or [])]
+
+
+def _transient(error: TransactWriteError) -> bool:
+    """True when every item that cancelled the transaction did so for a transient reason."""
+    if error.cause_response_code in TRANSIENT_ERRORS:
+        return True
+    codes = {code for code in _reasons(error) if code not in (None, "None")}
+    return bool(codes) and codes <= TRANSIENT_REASONS
+
+
 @contextmanager
 def transaction() -> Iterator[TransactWrite]:
-    """A TransactWrite whose condition failures surface as `ConditionFailed`."""
+    """A TransactWrite whose condition failures surface as `ConditionFailed`; transient
+    cancellations are retried under one idempotency token (`Busy` once the budget is spent)."""
     try:
-        with TransactWrite(connection=connection()) as write:
+        with _RetriedWrite(connection=connection(), client_request_token=uuid.uuid4().hex) as write:
             yield write
     except TransactWriteError as error:
-        reasons = [reason.code if reason else None for reason in (error.cancellation_reasons or [])]
+        reasons = _reasons(error)
         if "ConditionalCheckFailed" in reasons:
             raise ConditionFailed(reasons) from error
         raise
