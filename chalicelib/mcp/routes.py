@@ -4,7 +4,6 @@ JSON-RPC method and outcome, and counts it (`McpCalls`, `McpErrors`) by method."
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,7 +41,7 @@ def mcp_post() -> Response:
     if len(raw) > settings().max_request_bytes:
         error = TooLarge(f"the body is larger than {settings().max_request_bytes} bytes")
         return json_response(error.status, {"error": error.to_dict()})
-    log.note(rpc_method=_method(raw, headers))
+    log.note(rpc_method="unparsed")  # until server.handle has read the method from the body
     log.measure("McpCalls", 1, by=("rpc_method",))
     log.measure("McpErrors", 1, by=("rpc_method",))  # until the answer says otherwise: a crash is an error
     answer = server.handle(raw, headers)
@@ -66,25 +65,6 @@ def _event_stream(answer: server.HttpAnswer) -> Response:
 def mcp_other() -> Response:
     """No server-initiated stream and no sessions: GET and DELETE are not allowed."""
     return Response(body="", status_code=405, headers={"Allow": "POST"})
-
-
-def _method(raw: bytes, headers: dict[str, str]) -> str:
-    """The JSON-RPC method as a metric dimension: one of ours by name, anything else by kind (a
-    caller's made-up method must not become a metric of its own). The modern header ladder makes
-    `Mcp-Method` equal to the body's method; a legacy body is read once more (C json, a few
-    microseconds for a usual request; `server.handle` keeps the strict reading)."""
-    method = headers.get("mcp-method")
-    if method is None:
-        try:
-            message = json.loads(raw)
-        except (ValueError, RecursionError):
-            return "unparsed"
-        method = message.get("method") if isinstance(message, dict) else None
-    if not isinstance(method, str):
-        return "none"
-    if method in server.LEGACY_METHODS or method in server.MODERN_METHODS:
-        return method
-    return "notification" if method.startswith("notifications/") else "unknown"
 
 
 def _note_outcome(answer: server.HttpAnswer) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chalicelib import accounts, runs, vendor, workingset
+from chalicelib import accounts, log, runs, vendor, workingset
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
@@ -74,6 +74,7 @@ def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = Non
     request_id, modern = None, False
     try:
         message = protocol.parse_message(raw)
+        log.note(rpc_method=_metric_method(message.get("method")))
         request_id = message.get("id") if isinstance(message.get("id"), str | int) else None
         modern = protocol.is_modern(message)
         request = protocol.classify(message, headers)
@@ -93,6 +94,16 @@ def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = Non
     elif request.method != "initialize":
         _carry_news(state, reply)
     return HttpAnswer(200, protocol.success(request.id, reply.result), events=reply.events)
+
+
+def _metric_method(method: Any) -> str:
+    """The JSON-RPC method as a metric dimension: one of ours by name, anything else by kind (a
+    caller's made-up method must not become a metric of its own)."""
+    if not isinstance(method, str):
+        return "none"
+    if method in LEGACY_METHODS or method in MODERN_METHODS:
+        return method
+    return "notification" if method.startswith("notifications/") else "unknown"
 
 
 def _carry_news(state: AgentState, reply: Reply) -> None:
