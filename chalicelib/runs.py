@@ -100,7 +100,7 @@ def approve(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
     shape = toolbox.request_shape(tool.spec)
     if not run_store.approve(run, approver, now + _running_lease(), now, shape=shape):
         raise Conflict(f"run {run_id} was decided already")
-    _execute(replace(run, lease_expires_at=now + _running_lease()), tool, scope_of=run.agent_id)
+    _execute(replace(run, lease_expires_at=now + _running_lease()), tool, waited=True)
     finished = _account_run(account_id, run_id, utcnow())
     notify.run_finished(finished)
     return finished
@@ -191,14 +191,16 @@ def approval_url(run_id: str) -> str:
     return f"{settings().public_url}/console/approvals/{run_id}"
 
 
-def _execute(run: Run, tool: Tool, *, scope_of: str | None = None) -> Outcome:
+def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
     """Send (or preview) the run's request and record how it ended; never raises: whatever goes
-    wrong, the run ends and its lease is released. `scope_of`: check the agent's connection scope
-    again first (a run that waited on a person may outlive the scope it started in)."""
+    wrong, the run ends and its lease is released. A run that `waited` on a person is checked
+    again first: its wait may outlive the agent's connection scope or the host allow list it was
+    called under (a run that did not wait was checked by `call` a moment ago)."""
     started, vendor_ms = time.perf_counter(), None
     try:
-        if scope_of is not None:
-            _check_scope(agent_store.load_state(scope_of), tool)
+        if waited:
+            _check_scope(agent_store.load_state(run.agent_id), tool)
+            toolbox.check_reach(run.account_id, tool)
         sending = time.perf_counter()
         outcome = _perform(run, tool)
         if not (run.dry_run and tool.spec.writes):  # a preview reaches no vendor
@@ -230,7 +232,6 @@ def _log_run(run: Run, outcome: Outcome, started: float, vendor_ms: float | None
 
 
 def _perform(run: Run, tool: Tool) -> Outcome:
-    toolbox.check_reach(run.account_id, tool)
     credential = None
     if tool.spec.connection:
         credential = connections.credential(run.account_id, tool.spec.connection, tool.spec.request.url)

@@ -56,8 +56,8 @@ def check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
 
 def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None = None) -> Request:
     """Fill `{field}` placeholders in the URL (URL-encoded); the rest of the input goes to the
-    query string for GET/HEAD/DELETE and to a JSON body otherwise."""
-    check_arguments(tool, arguments)
+    query string for GET/HEAD/DELETE and to a JSON body otherwise. The arguments passed
+    `check_arguments` when the call was made (a run's input never changes)."""
     template = tool.spec.request
     used = template.placeholders()
     url = template.fill({name: quote(_scalar(arguments[name]), safe="") for name in used})

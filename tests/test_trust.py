@@ -696,3 +696,14 @@ def test_a_waiting_run_approved_after_its_connection_left_the_scope_does_not_run
     approved = admin.call("POST", f"/v1/approvals/{run_id}/approve").json_body
     assert approved["status"] == "failed" and approved["error"]["error"]["code"] == "connection_not_in_scope"
     assert vendor.received == []
+
+
+def test_a_waiting_run_approved_after_its_host_left_the_allow_list_does_not_run(admin: Admin, mcp: Mcp,
+                                                                                vendor: Vendor) -> None:
+    _allow(admin, _host(vendor))
+    mcp.call("acquire", _write_tool(vendor))
+    run_id = mcp.call("run_tool", {**ORDER, "input": {"email": "a@example.com"}})["structuredContent"]["run_id"]
+    _allow(admin)  # a person empties the list while the run waits
+    approved = admin.call("POST", f"/v1/approvals/{run_id}/approve").json_body
+    assert approved["status"] == "failed" and approved["error"]["error"]["code"] == "host_not_allowed"
+    assert vendor.received == []
