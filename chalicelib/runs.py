@@ -130,15 +130,26 @@ class ShapeChange:
 def change_since_decision(account_id: str, run: Run) -> ShapeChange | None:
     """For a run waiting on a person: the agent's earlier decision on the tool and how the run's
     request shape differs from it (None when no decision was made)."""
-    state = agent_store.load_state(run.agent_id)
-    decision = state.decision(run.vendor, run.name) if state is not None else None
-    if decision is None:
-        return None
-    try:
-        tool = toolbox.resolve_version(account_id, run.vendor, run.name, run.version)
-    except ToolNotFound:
-        return None
-    return ShapeChange(decision, toolbox.shape_changes(decision.shape, toolbox.request_shape(tool.spec)))
+    return changes_since_decisions(account_id, [run])[run.run_id]
+
+
+def changes_since_decisions(account_id: str, waiting: list[Run]) -> dict[str, ShapeChange | None]:
+    """`change_since_decision` for each run of a page, reading each agent once."""
+    states = {agent_id: agent_store.load_state(agent_id) for agent_id in {run.agent_id for run in waiting}}
+    found: dict[str, ShapeChange | None] = {}
+    for run in waiting:
+        state = states[run.agent_id]
+        decision = state.decision(run.vendor, run.name) if state is not None else None
+        found[run.run_id] = None
+        if decision is None:
+            continue
+        try:
+            tool = toolbox.resolve_version(account_id, run.vendor, run.name, run.version)
+        except ToolNotFound:
+            continue
+        found[run.run_id] = ShapeChange(decision, toolbox.shape_changes(decision.shape,
+                                                                        toolbox.request_shape(tool.spec)))
+    return found
 
 
 def decisions(account_id: str, agent_id: str) -> tuple[Approval, ...]:

@@ -19,7 +19,8 @@ def pending_approvals(account_id: str) -> dict[str, Any]:
     if status != "pending":
         raise InvalidInput("status: only pending approvals are listed", field="status")
     page = runs.list_pending(account_id, limit=limit(), cursor=query("cursor"), now=utcnow())
-    return shapes.page(page, lambda run: shapes.pending(run, runs.change_since_decision(account_id, run)))
+    changes = runs.changes_since_decisions(account_id, page.items)
+    return shapes.page(page, lambda run: shapes.pending(run, changes[run.run_id]))
 
 
 @admin_route("/v1/approvals/{run_id}/approve", "POST")
