@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from chalicelib import hosts as allowed_hosts
+from chalicelib import outbound
 from chalicelib.config import settings
 from chalicelib.errors import InvalidInput, NotFound, WorksetError
 from chalicelib.store import connections as connection_store
@@ -21,8 +22,6 @@ from chalicelib.store import vault
 from chalicelib.store.records import Connection, Page
 from chalicelib.validation import parse
 
-FORBIDDEN_HEADERS = frozenset({"host", "content-length", "content-type", "transfer-encoding", "connection", "te",
-                               "upgrade", "expect", "keep-alive", "trailer"})
 
 
 class ConnectionRevoked(WorksetError):
@@ -47,7 +46,7 @@ class HeaderAuth(BaseModel):
     @field_validator("name")
     @classmethod
     def _not_reserved(cls, value: str) -> str:
-        if value.lower() in FORBIDDEN_HEADERS or value.lower().startswith("proxy-"):
+        if outbound.is_client_header(value) or value.lower() == "content-type":  # calls send JSON bodies
             raise ValueError(f"{value} is set by Workset and cannot carry a credential")
         return value
 

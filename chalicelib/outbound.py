@@ -19,6 +19,16 @@ from urllib.parse import urlsplit
 from chalicelib.errors import ForbiddenDestination, VendorError, VendorTimeout
 
 Resolver = Callable[[str, int], list[str]]
+# Hop-by-hop and framing headers: the HTTP client sets them, so neither a tool's template nor a
+# connection may (a `Proxy-*` header neither).
+CLIENT_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "expect",
+                            "keep-alive", "trailer"})
+
+
+def is_client_header(name: str) -> bool:
+    """True for a header only the HTTP client may set."""
+    lowered = name.lower()
+    return lowered in CLIENT_HEADERS or lowered.startswith("proxy-")
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _CHUNK = 64 * 1024

@@ -10,7 +10,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from chalicelib import accounts, connections, hosts
+from chalicelib import accounts, connections, hosts, outbound
 from chalicelib.config import settings
 from chalicelib.errors import (
     Conflict,
@@ -35,9 +35,6 @@ PUBLISH_ATTEMPTS = 3
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]{0,63})\}")
 STRAY_BRACE = re.compile(r"[{}]")
 URL_SAFE = "/:@!$&'()*+,;=-._~%{}?"  # characters a URL's path and query keep as they are
-# hop-by-hop and framing headers: the HTTP client sets them, a template may not
-RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "te", "upgrade",
-                              "expect", "keep-alive", "trailer"})
 
 
 class Annotations(BaseModel):
@@ -87,7 +84,7 @@ class RequestTemplate(BaseModel):
             seen.add(lowered)
             if lowered == "authorization":
                 raise ValueError("credentials belong in a connection, not in the tool's headers")
-            if lowered in RESERVED_HEADERS or lowered.startswith("proxy-"):
+            if outbound.is_client_header(name):
                 raise ValueError(f"header {name!r} is set by Workset's HTTP client and cannot be templated")
             if not re.fullmatch(r"[\x20-\x7e]{0,1000}", text):
                 raise ValueError(f"header {name!r}: a value is printable ASCII, at most 1000 characters")
