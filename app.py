@@ -1,6 +1,10 @@
 """Workset's Chalice app: wiring only. Routes live in blueprints under chalicelib/; the sweep is
 the scheduled function."""
 
+import gc
+
+gc.disable()  # importing builds only objects that live as long as the instance: collecting them is waste
+
 from chalice import Chalice, Rate
 from chalice.app import CloudWatchEvent, SQSEvent, SQSRecord
 
@@ -16,6 +20,8 @@ app = Chalice(app_name="workset")
 app.register_blueprint(mcp_endpoint)
 app.register_blueprint(admin_api)
 app.register_blueprint(console)
+gc.freeze()  # what import built is never garbage; later collections need not scan it again
+gc.enable()
 
 
 @app.schedule(Rate(5, unit=Rate.MINUTES), name="sweep")

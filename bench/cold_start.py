@@ -213,26 +213,34 @@ class _vendor:
         self.server.server_close()
 
 
-def import_seconds(statement: str, bytecode: dict[str, str]) -> tuple[float, float]:
+def import_seconds(statement: str, bytecode: dict[str, str], package: Path | None = None) -> tuple[float, float]:
     """Wall and CPU seconds one fresh process spends on `statement` (`bytecode`: environment
-    overrides)."""
+    overrides). Given `package` (an unzipped deployment package), the process is isolated (`-I`:
+    no site-packages, no PYTHON* variables), writes no bytecode (`-B`) and imports only from the
+    package, as Lambda does: the package's modules compiled on every import, the standard
+    library's from its own .pyc."""
     env = {**environment(), **bytecode}
     env = {name: value for name, value in env.items() if value}  # "" unsets
-    done = subprocess.run([sys.executable, "-c", TIMED_IMPORT.format(statement)], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=120, check=True)
+    command = [sys.executable, "-c", TIMED_IMPORT.format(statement)]
+    if package is not None:
+        command = [sys.executable, "-I", "-B", "-c", f"import sys; sys.path.insert(0, {str(package)!r}); "
+                   + TIMED_IMPORT.format(statement)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=package or ROOT, env=env, timeout=120,
+                          check=True)
     wall, cpu = done.stdout.split()[-2:]
     return float(wall), float(cpu)
 
 
-def import_figures(rounds: int, bytecode: dict[str, str]) -> dict[str, list[tuple[float, float]]]:
+def import_figures(rounds: int, bytecode: dict[str, str],
+                   package: Path | None = None) -> dict[str, list[tuple[float, float]]]:
     """Baseline and app import times (wall, CPU), alternating, the order flipped every round."""
     order = [("baseline", BASELINE), ("app", "import app")]
     for _, statement in order:
-        import_seconds(statement, bytecode)  # fills a bytecode cache, when there is one; not counted
+        import_seconds(statement, bytecode, package)  # fills a bytecode cache, when there is one; not counted
     samples: dict[str, list[tuple[float, float]]] = {"baseline": [], "app": []}
     for i in range(rounds):
         for label, statement in order if i % 2 == 0 else reversed(order):
-            samples[label].append(import_seconds(statement, bytecode))
+            samples[label].append(import_seconds(statement, bytecode, package))
     return samples
 
 
@@ -266,6 +274,8 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=3, help="cold instances for the first-request figures")
     parser.add_argument("--tools", type=Path, default=METATOOL, help="toolbox JSON (vendor, name, description)")
     parser.add_argument("--query", default="convert my question into an SQL query")
+    parser.add_argument("--package", type=Path, help="also time an unzipped deployment package "
+                        "(infra/build.sh dev OUT; unzip OUT/deployment.zip -d DIR), without bytecode, as on Lambda")
     args = parser.parse_args()
 
     as_configured = "PYTHONDONTWRITEBYTECODE=1" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "bytecode written"
@@ -282,8 +292,12 @@ def main() -> None:
             # nothing compiled ahead: a package without .pyc on a read-only file system
             "no bytecode": {"PYTHONPYCACHEPREFIX": empty, "PYTHONDONTWRITEBYTECODE": "1"},
         }
-        for mode, bytecode in modes.items():
-            samples = import_figures(args.rounds, bytecode)
+        runs = [(mode, bytecode, None) for mode, bytecode in modes.items()]
+        if args.package:
+            runs.append((f"the deployment package in {args.package} (its own bytecode, as infra/build.sh ships it)",
+                         {}, args.package))
+        for mode, bytecode, package in runs:
+            samples = import_figures(args.rounds, bytecode, package)
             print(f"  {mode}:")
             for kind, index in (("wall", 0), ("CPU", 1)):
                 base = [sample[index] * 1000 for sample in samples["baseline"]]

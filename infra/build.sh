@@ -5,7 +5,8 @@
 # vendor/, as wheels for Lambda's platform (chalice vendors requirements.txt the same way, but
 # copies vendor/ into the deployment package as it is); the model's weights there are then
 # halved to float16 (infra/halve_model.py). Needs the project's venv (./dev test creates it) and
-# the package index; no AWS credentials. tests/test_package.py builds it and checks the result.
+# the package index; no AWS credentials. Bytecode for what a cold start imports is added last
+# (infra/compile_package.py). tests/test_package.py builds it and checks the result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,3 +34,6 @@ if grep -q "Could not install dependencies" "$log"; then
   echo "refusing to deploy: the package lacks dependencies the Lambda runtime needs (see above)" >&2
   exit 1
 fi
+# Lambda's /var/task is read-only: without .pyc in the package every cold start compiles what it
+# imports (infra/compile_package.py).
+.venv/bin/python infra/compile_package.py "$out"

@@ -8,14 +8,16 @@ requirements-nodeps.txt, then `chalice package`), built once for the module:
   package and the standard library on sys.path: the app imported, every module that app.py and
   chalicelib/ import anywhere, even inside a function, and a find_tool ranking computed) or is
   listed in NEEDED_WITHOUT_IMPORT with the reason;
-- and that run's query vector is the one this venv computes: local and Lambda rank alike.
+- and that run's query vector is the one this venv computes: local and Lambda rank alike;
+- every module a cold start loads from the package has bytecode in it that Lambda will use
+  (unchecked-hash .pyc of exactly that source), and no .pyc a working tree left behind.
 
 Building needs the package index: offline it is skipped, except under CI, where it fails.
 """
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 import json
 import os
 import re
@@ -30,6 +32,7 @@ import numpy as np
 import pytest
 
 from chalicelib import embedder
+from infra import compile_package
 from infra.halve_model import halve_zip
 from tests.test_infra import NETWORK_TROUBLE
 
@@ -42,7 +45,9 @@ NEEDED_WITHOUT_IMPORT = {
     "wordllama": "chalicelib/search.py reads its token vectors and tokenizer without importing it",
 }
 # Top-level entries of the zip that belong to no distribution.
-OWN_ENTRIES = {"app.py", "chalicelib", "chalice"}  # chalice package adds its runtime without metadata
+# chalice package adds its runtime without metadata; __pycache__ holds the bytecode of top-level
+# modules (app.py, six.py, ...), added by infra/compile_package.py
+OWN_ENTRIES = {"app.py", "chalicelib", "chalice", "__pycache__"}
 UNSATISFIED = re.compile(r"Could not (?:satisfy the requirement:|find a version that satisfies the requirement) (\S+)")
 QUERY = "list the sales orders of a customer"
 TOOLS = {
@@ -113,7 +118,7 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         infos = archive.infolist()
         archive.extractall(unzipped)
     template = json.loads((out / "sam.json").read_text())
-    return {"infos": infos, "dir": unzipped, "template": template}
+    return {"infos": infos, "dir": unzipped, "template": template, "out": out}
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +127,7 @@ def probe(package: dict[str, Any]) -> dict[str, Any]:
     variables = package["template"]["Resources"]["APIHandler"]["Properties"]["Environment"]["Variables"]
     environment = {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "us-east-1",
                    "OPENBLAS_NUM_THREADS": "1", **variables}
-    imported = sorted(_imports([package["dir"] / "app.py", *(package["dir"] / "chalicelib").rglob("*.py")]))
+    imported = sorted(compile_package.imports([package["dir"] / "app.py", *(package["dir"] / "chalicelib").rglob("*.py")]))
     result = subprocess.run(
         [sys.executable, "-I", "-S", "-B", "-c", PROBE, str(package["dir"]), json.dumps(imported), json.dumps(TOOLS),
          QUERY],
@@ -130,25 +135,6 @@ def probe(package: dict[str, Any]) -> dict[str, Any]:
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.splitlines()[-1])
-
-
-def _imports(paths: list[Path]) -> set[str]:
-    """Top-level modules the code imports anywhere (module level or inside a function), except
-    the standard library, its own packages and imports made only for the type checker."""
-    names: set[str] = set()
-    for path in paths:
-        tree = ast.parse(path.read_text(), str(path))
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                       and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-                       for n in ast.walk(block)}
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
-            if isinstance(node, ast.Import):
-                names.update(alias.name.split(".")[0] for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names.add(node.module.split(".")[0])
-    return names - set(sys.stdlib_module_names) - {"__future__", "app", "chalicelib"}
 
 
 def _distributions(root: Path) -> dict[str, set[str]]:
@@ -229,6 +215,20 @@ def test_package_ranks_with_the_same_vectors_as_here(package: dict[str, Any], pr
     # and the package answers find_tool
     assert np.abs(np.asarray(probe["vector"], np.float32) - here).max() <= 1e-6
     assert probe["hits"][0] == "acme/list-sales-orders"
+
+
+def test_package_ships_bytecode_for_what_a_cold_start_loads(package: dict[str, Any]) -> None:
+    # GIVEN the package, and the modules importing app and everything its code imports loads
+    loaded = compile_package.loaded_sources(package["dir"], compile_package.stage_environment(package["out"]))
+    pycs = [info.filename for info in package["infos"] if info.filename.endswith(".pyc")]
+    # WHEN each .pyc's header is read (PEP 552: flags 0b01 = hash-based, source never checked)
+    flags = {name: int.from_bytes((package["dir"] / name).read_bytes()[4:8], "little") for name in pycs}
+    # THEN every .pyc is unchecked-hash, and every loaded module has one made from its own source
+    assert len(loaded) > 200 and {name for name, flag in flags.items() if flag != 0b01} == set()
+    for source in loaded:
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        assert cached.exists(), f"no bytecode for {source.relative_to(package['dir'])}"
+        assert cached.read_bytes()[8:16] == importlib.util.source_hash(source.read_bytes()), source
 
 
 def test_halving_the_model_keeps_the_vectors_the_app_computes(tmp_path: Path) -> None:
