@@ -132,6 +132,9 @@ def _fake_aws_environment() -> None:
 def _start_moto():  # noqa: ANN202 - moto's server type is not part of its public API
     from moto.server import ThreadedMotoServer
 
+    from local import emulator
+
+    emulator.patch()  # atomic writes and idempotent transactions, as DynamoDB (local/emulator.py)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

@@ -10,8 +10,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 # The environment must be fake before anything imports boto3, pynamodb or the settings.
@@ -26,43 +26,29 @@ os.environ.update(
     WORKSET_PUBLIC_URL="http://127.0.0.1:8000",
 )
 
-import pytest  # noqa: E402
-from chalice.test import Client  # noqa: E402
-from moto import mock_aws  # noqa: E402
+import pytest
+from chalice.test import Client
+from moto import mock_aws
 
-from app import app  # noqa: E402
-from chalicelib import config, toolbox  # noqa: E402
-from chalicelib.store import queues, vault  # noqa: E402
-from chalicelib.store.tables import create_all  # noqa: E402
+from app import app
+from chalicelib import config, toolbox
+from chalicelib.store import queues, vault
+from chalicelib.store.tables import create_all
+from local import emulator
+from tests.faults import faults  # noqa: F401 - AWS faults between botocore and moto, for any test
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
 
 
-def _serialise_moto_writes() -> None:
-    """DynamoDB applies each write (and each transaction) atomically; moto's in-process backend
-    does not guard itself against threads. Concurrency tests need the real guarantee, so every
-    write goes through one lock, as DynamoDB's own serialisation per item would."""
-    from moto.dynamodb.models import DynamoDBBackend
-
-    lock = threading.RLock()
-    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
-        original = getattr(DynamoDBBackend, name)
-
-        def locked(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
-            with lock:
-                return __original(self, *args, **kwargs)
-
-        setattr(DynamoDBBackend, name, locked)
-
-
-_serialise_moto_writes()
+emulator.patch()  # moto as DynamoDB: atomic writes, idempotent transactions (local/emulator.py)
 
 
 @pytest.fixture(autouse=True)
 def aws() -> Iterator[None]:
     """Every test gets fresh, empty tables in moto, and a cold search cache."""
     with mock_aws():
+        emulator.forget_tokens()
         create_all()
         vault._kms.cache_clear()
         vault.ensure_key()
