@@ -36,16 +36,17 @@ def scheduled_sweep(event: CloudWatchEvent) -> None:
 def webhook_consumer(event: SQSEvent) -> dict[str, list[dict[str, str]]]:
     """Signed webhook deliveries; failures are reported per message (partial batch response)."""
     with log.bound(log.invocation_id(event.context)):
-        failed = notify.consume([_message(record) for record in event])
+        failed = notify.consume([_message(record) for record in event], event.context.get_remaining_time_in_millis)
     return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed]}
 
 
 @app.on_sqs_message(queue=settings().sweep_queue, batch_size=1, name="sweep_worker")
 def sweep_worker(event: SQSEvent) -> None:
-    """One batch of a large sweep (a failure leaves the message for SQS to retry)."""
+    """One message of the work queue: a batch of a large sweep, or a run's end to record (a
+    failure leaves the message for SQS to retry)."""
     with log.bound(log.invocation_id(event.context)):
         for record in event:
-            sweep.handle_batch(record.body, utcnow())
+            sweep.handle_message(record.body, utcnow())
 
 
 def _message(record: SQSRecord) -> queues.Message:

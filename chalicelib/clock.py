@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+
+# Two Lambdas' clocks may disagree. A lease written by one is judged by another, so a lease counts
+# as held until this long after its end: a run is never taken for abandoned (and its agent's
+# tools demoted) because the judge's clock runs ahead by up to this much.
+SKEW_ALLOWANCE = timedelta(seconds=90)
 
 
 def utcnow() -> datetime:

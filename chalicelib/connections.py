@@ -11,17 +11,17 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from chalicelib import hosts as allowed_hosts
 from chalicelib import outbound
 from chalicelib.config import settings
-from chalicelib.errors import InvalidInput, NotFound, WorksetError
+from chalicelib.errors import CredentialUnavailable, InvalidInput, NotFound, WorksetError
 from chalicelib.store import connections as connection_store
 from chalicelib.store import vault
 from chalicelib.store.records import Connection, Page
 from chalicelib.validation import parse
-
 
 
 class ConnectionRevoked(WorksetError):
@@ -142,7 +142,12 @@ def credential(account_id: str, connection_id: str, url: str) -> Credential:
         raise ConnectionRevoked(f"connection {connection_id} was revoked; the tool cannot run with it")
     if not _admits(connection, url):
         raise InvalidInput(f"connection {connection_id} may not be sent to {urlsplit(url).netloc}")
-    secret = vault.decrypt(connection.ciphertext, account_id=account_id, connection_id=connection_id)
+    try:
+        secret = vault.decrypt(connection.ciphertext, account_id=account_id, connection_id=connection_id)
+    except (BotoCoreError, ClientError) as error:
+        reason = error.response["Error"].get("Code", "error") if isinstance(error, ClientError) else "unreachable"
+        raise CredentialUnavailable(f"the secret of connection {connection_id} could not be decrypted now "
+                                    f"(KMS: {reason}); the vendor was not called") from error
     value = f"Bearer {secret}" if connection.auth_type == "bearer" else secret
     if not re.fullmatch(r"[\x20-\x7e]+", value):
         raise InvalidInput(f"connection {connection_id} holds a value that cannot be sent as a header")

@@ -12,17 +12,21 @@ class WorksetError(Exception):
 
     code = "error"
     status = 500
+    vendor_acted: bool | None = None  # said on errors of a call where the caller must know
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
 
-    def to_dict(self) -> dict[str, str]:
-        """The `{"code", "message", "field"?}` body shared by the API and tool results."""
-        body = {"code": self.code, "message": self.message}
+    def to_dict(self) -> dict[str, str | bool]:
+        """The `{"code", "message", "field"?, "vendor_acted"?}` body shared by the API and tool
+        results."""
+        body: dict[str, str | bool] = {"code": self.code, "message": self.message}
         if self.field is not None:
             body["field"] = self.field
+        if self.vendor_acted is not None:
+            body["vendor_acted"] = self.vendor_acted
         return body
 
 
@@ -130,6 +134,31 @@ class Busy(WorksetError):
 
     code = "busy"
     status = 503
+
+
+class StoreUnavailable(Busy):
+    """A call could not be recorded as a run (DynamoDB failing past every retry), so the vendor
+    was not called. Try again shortly."""
+
+    code = "store_unavailable"
+    vendor_acted = False
+
+
+class CredentialUnavailable(Busy):
+    """The connection's secret could not be decrypted now (KMS failing), so the vendor was not
+    called. Try again shortly."""
+
+    code = "credential_unavailable"
+    vendor_acted = False
+
+
+class OutcomeNotRecorded(WorksetError):
+    """The vendor was called, but neither the store nor the queue would take the run's end. The
+    answer carries what the vendor said; calling again may act twice."""
+
+    code = "outcome_not_recorded"
+    status = 503
+    vendor_acted = True
 
 
 class InternalError(WorksetError):

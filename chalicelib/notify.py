@@ -29,6 +29,7 @@ import hmac
 import json
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from chalicelib import log, outbound
@@ -50,6 +51,7 @@ MESSAGE_KEYS = {
     RUN_FINISHED_TYPE: ("agent_id", "run_id", "status", "event_id", "at"),
 }
 DELIVERED, SKIPPED = "delivered", "skipped"
+DELIVERY_MARGIN_SECONDS = 2.0  # the agent's read, KMS and the log line around one delivery
 
 
 class WebhookFailed(VendorError):
@@ -89,7 +91,7 @@ def drain() -> int:
     for agent_id in outbox.pending():
         try:
             state = agent_store.load_state(agent_id)
-        except Exception as error:  # noqa: BLE001 - the next sweep finds the flag again
+        except Exception as error:
             log.failure("webhook.enqueue_failed", error, agent_id=agent_id, left_to="next sweep")
             continue
         if state is not None and _hand_over(agent_id, state.change_seq, len(state.promotions)):
@@ -107,29 +109,32 @@ def _hand_over(agent_id: str, seq: int, size: int) -> bool:
             "event_id": f"evt_{agent_id}_{seq}", "at": iso(utcnow()),
         }])
         outbox.clear(agent_id, seq)
-    except Exception as error:  # noqa: BLE001 - the change is committed; the outbox keeps it for the drain
+    except Exception as error:
         log.failure("webhook.enqueue_failed", error, agent_id=agent_id, seq=seq, left_to="sweep drain")
         return False
     return True
 
 
-def run_finished(run: Run) -> None:
-    """Tell the agent's webhook that a run which waited on a person has finished. Best effort,
-    never raising: the run's end is recorded already; a failure is logged (this news has no
-    outbox, so it is not sent again)."""
+def run_finished(run: Run) -> bool:
+    """Hand the news that a run which waited on a person has ended to the webhook queue. True when
+    it is handled (queued, or the agent has no webhook to tell); False, logged, when the queue or
+    the store failed: the run stays in the sweep's index and the next sweep tries again, so the
+    news is never lost (receivers dedupe on `event_id`)."""
     try:
         state = agent_store.load_state(run.agent_id)
         if state is None or not state.webhook_url:
-            return
+            return True
         queues.send(settings().webhook_queue, [{
             "type": RUN_FINISHED_TYPE, "agent_id": run.agent_id, "run_id": run.run_id, "status": run.status,
             "event_id": f"evt_{run.run_id}_{run.status}", "at": iso(utcnow()),
         }])
-    except Exception as error:  # noqa: BLE001 - a decided or finished run must still answer its caller
-        log.failure("webhook.enqueue_failed", error, agent_id=run.agent_id, run_id=run.run_id, left_to="nobody")
+    except Exception as error:
+        log.failure("webhook.enqueue_failed", error, agent_id=run.agent_id, run_id=run.run_id, left_to="next sweep")
+        return False
+    return True
 
 
-def consume(deliveries: list[Message]) -> list[str]:
+def consume(deliveries: list[Message], remaining_ms: Callable[[], int] | None = None) -> list[str]:
     """Deliver a batch, each message on its own; answer the ids of the messages that failed. A
     failure of one (a poison message, KMS, DynamoDB, the receiver) fails that message only and
     never the batch, so deliveries that succeeded are not sent again. Each failure is put back
@@ -137,8 +142,26 @@ def consume(deliveries: list[Message]) -> list[str]:
     the last try (`queues.MAX_RECEIVES`, the redrive policy's maxReceiveCount). A poison message
     goes the same way: a handful of cheap tries, then the dead-letter queue keeps its body for a
     person (dropping it would lose the evidence, and a message a newer consumer understands,
-    during a deploy, would be lost with it)."""
-    return [delivery.message_id for delivery in deliveries if not _consume_one(delivery)]
+    during a deploy, would be lost with it).
+
+    Given the Lambda's `remaining_ms`, no delivery starts that its deadline could not finish in
+    time: the rest are reported failed untouched, and SQS hands them out again."""
+    failed = []
+    for position, delivery in enumerate(deliveries):
+        if remaining_ms is not None and remaining_ms() < _delivery_budget_ms():
+            left = deliveries[position:]
+            log.event("webhook.batch_cut", metrics=_delivery_metrics(failed=len(left)), left=len(left),
+                      remaining_ms=remaining_ms())
+            return failed + [message.message_id for message in left]
+        if not _consume_one(delivery):
+            failed.append(delivery.message_id)
+    return failed
+
+
+def _delivery_budget_ms() -> int:
+    """The longest one delivery may take (its whole exchange's deadline), with a margin for its
+    reads and log line."""
+    return int((settings().webhook_timeout_seconds + DELIVERY_MARGIN_SECONDS) * 1000)
 
 
 def _consume_one(delivery: Message) -> bool:
@@ -148,7 +171,7 @@ def _consume_one(delivery: Message) -> bool:
     facts: dict[str, Any] = {"message_id": delivery.message_id, "attempt": delivery.receive_count}
     try:
         outcome = deliver(_read(delivery.body), facts)
-    except Exception as error:  # noqa: BLE001 - whatever fails, it fails this message alone
+    except Exception as error:
         queues.retry_later(settings().webhook_queue, delivery.receipt_handle, backoff(delivery.receive_count))
         last_try = delivery.receive_count >= queues.MAX_RECEIVES
         metrics = _delivery_metrics(failed=1, dead_lettered=int(last_try))

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from chalicelib import accounts, connections, log, notify, toolbox, vendor
-from chalicelib.clock import utcnow
+from chalicelib.clock import SKEW_ALLOWANCE, utcnow
 from chalicelib.config import settings
 from chalicelib.errors import (
     Conflict,
@@ -34,22 +34,25 @@ from chalicelib.errors import (
     InternalError,
     InvalidInput,
     NotFound,
+    OutcomeNotRecorded,
+    StoreUnavailable,
     ToolDenied,
     ToolNotFound,
     VendorTimeout,
     WorksetError,
 )
 from chalicelib.store import agents as agent_store
+from chalicelib.store import queues
 from chalicelib.store import runs as run_store
 from chalicelib.store.records import ALLOW, DENY, AgentState, Approval, Page, Run
 from chalicelib.toolbox import Tool
 from chalicelib.validation import check_instance
-from chalicelib.workingset import idle_deadline
 from chalicelib.vendor import Outcome
+from chalicelib.workingset import idle_deadline
 
 AWAITING = run_store.AWAITING
 RUNNING = run_store.RUNNING
-FINISHED = frozenset({"succeeded", "failed", "denied", "expired"})
+FINISHED = frozenset({"succeeded", "failed", "denied", run_store.EXPIRED})
 MAX_STORED_RESULT = 300_000  # DynamoDB items hold 400 KB; a bigger answer is kept clipped
 LEASE_SAFETY_SECONDS = 2.0  # the vendor's deadline ends at least this long before the run's lease
 
@@ -69,8 +72,15 @@ def call(state: AgentState, vendor_name: str, name: str, arguments: Any, *, dry_
     arguments, dry_run = _split_dry_run(tool, arguments, dry_run)
     try:
         _check_call(state, tool, arguments)
-    except WorksetError as error:
+        return _call_checked(state, tool, arguments, dry_run=dry_run, now=now)
+    except WorksetError as error:  # refused, or not recorded (so not sent)
         return vendor.failure(error)
+
+
+def _call_checked(state: AgentState, tool: Tool, arguments: dict[str, Any], *, dry_run: bool,
+                  now: datetime) -> Outcome:
+    """A call that passed its checks: refused by a standing denial, waiting on a person, or run."""
+    vendor_name, name = tool.key
     standing = _standing_decision(state, tool)
     if standing == DENY and not (dry_run and tool.spec.writes):  # a preview of a write reaches nothing
         return vendor.failure(ToolDenied(
@@ -81,13 +91,13 @@ def call(state: AgentState, vendor_name: str, name: str, arguments: Any, *, dry_
     if tool.spec.writes and not dry_run and standing != ALLOW:
         lease = now + timedelta(seconds=settings().approval_ttl_seconds)
         run = _new_run(state, tool, arguments, AWAITING, lease, now, dry_run=False)
-        run_store.start(run, use_due_at=use_due_at)
+        _start(run, use_due_at)
         log.note(run_id=run.run_id)
         log.event("run.awaiting_approval", metrics=[log.Metric("RunsAwaitingApproval", 1)], run_id=run.run_id,
                   agent_id=run.agent_id, account_id=run.account_id, vendor=run.vendor, tool=run.name)
         return waiting(run)
     run = _new_run(state, tool, arguments, RUNNING, now + _running_lease(), now, dry_run=dry_run)
-    run_store.start(run, use_due_at=use_due_at)
+    _start(run, use_due_at)
     return _execute(run, tool)
 
 
@@ -101,9 +111,7 @@ def approve(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
     if not run_store.approve(run, approver, now + _running_lease(), now, shape=shape):
         raise Conflict(f"run {run_id} was decided already")
     _execute(replace(run, lease_expires_at=now + _running_lease()), tool, waited=True)
-    finished = _account_run(account_id, run_id, utcnow())
-    notify.run_finished(finished)
-    return finished
+    return _account_run(account_id, run_id, utcnow())
 
 
 def deny(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
@@ -115,7 +123,7 @@ def deny(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
     if not run_store.deny(run, approver, now, shape=shape):
         raise Conflict(f"run {run_id} was decided already")
     denied = _account_run(account_id, run_id, now)
-    notify.run_finished(denied)
+    announce_end(denied)
     return denied
 
 
@@ -207,27 +215,120 @@ def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
     wrong, the run ends and its lease is released. A run that `waited` on a person is checked
     again first: its wait may outlive the agent's connection scope or the host allow list it was
     called under (a run that did not wait was checked by `call` a moment ago)."""
-    started, vendor_ms = time.perf_counter(), None
+    started, vendor_ms, sent = time.perf_counter(), None, False
     try:
         if waited:
             _check_scope(agent_store.load_state(run.agent_id), tool)
             toolbox.check_reach(run.account_id, tool)
+        request, timeout = _prepare(run, tool)
+        sent = not (run.dry_run and tool.spec.writes)  # a preview of a write reaches no vendor
         sending = time.perf_counter()
-        outcome = _perform(run, tool)
-        if not (run.dry_run and tool.spec.writes):  # a preview reaches no vendor
-            vendor_ms = log.elapsed_ms(sending)
+        outcome = vendor.perform(request, dry_run=run.dry_run, read_only=not tool.spec.writes, timeout=timeout)
+        vendor_ms = log.elapsed_ms(sending) if sent else None
     except WorksetError as error:
         outcome = vendor.failure(error)
-    except Exception as error:  # noqa: BLE001 - a crash in our own code must still end the run
+    except Exception as error:
         log.failure("run_crashed", error, run_id=run.run_id, agent_id=run.agent_id, account_id=run.account_id)
         outcome = vendor.failure(InternalError(f"Workset failed while running {run.run_id}; it is logged"))
+    answer = _record_end(run, outcome, waited=waited, sent=sent)
+    _log_run(run, answer, started, vendor_ms)
+    return answer
+
+
+def _record_end(run: Run, outcome: Outcome, *, waited: bool, sent: bool) -> Outcome:
+    """Record the run's end (the store retries transient failures within its budget). When the
+    store will not take it, the end goes to the work queue, which records it shortly
+    (`record_deferred_end`); when neither will, the caller is told that the vendor was called
+    and what it said, and the run is left to expire. Never raises."""
+    status = "failed" if outcome.is_error else "succeeded"
     stored = _storable(outcome.structured)
-    if outcome.is_error:
-        run_store.finish(run, "failed", utcnow(), error=stored)
-    else:
-        run_store.finish(run, "succeeded", utcnow(), result=stored)
-    _log_run(run, outcome, started, vendor_ms)
-    return Outcome(outcome.structured, outcome.is_error, outcome.status, run_id=run.run_id)
+    answer = Outcome(outcome.structured, outcome.is_error, outcome.status, run_id=run.run_id)
+    try:
+        run_store.finish(run, status, utcnow(), announce=waited, **{_OUTCOME_FIELD[status]: stored})
+    except Exception as error:
+        log.failure("run.end_unrecorded", error, metrics=[log.Metric("RunEndsUnrecorded", 1)], run_id=run.run_id,
+                    agent_id=run.agent_id, left_to="work queue")
+        if _defer_end(run, status, stored, waited=waited):
+            return answer
+        failure = OutcomeNotRecorded(
+            f"Workset could not record the end of run {run.run_id}: the vendor {'was' if sent else 'was not'} "
+            "called (its answer is in `outcome`). Do not call again without checking whether it acted; the run "
+            "shows as expired once its lease ends.")
+        failure.vendor_acted = sent
+        return Outcome({"error": failure.to_dict(), "outcome": outcome.structured}, True, "failed",
+                       run_id=run.run_id)
+    if waited:
+        announce_end(replace(run, status=status))
+    return answer
+
+
+_OUTCOME_FIELD = {"succeeded": "result", "failed": "error"}
+DEFERRED_END = "run_end"  # the work queue message that records a run's end later
+DEFERRED_OUTCOME_BYTES = 200_000  # an SQS message holds 256 KiB
+
+
+def _defer_end(run: Run, status: str, stored: dict[str, Any], *, waited: bool) -> bool:
+    """Hand the run's end to the work queue (SQS keeps it, retries it, and parks it in the
+    dead-letter queue if it can never be recorded); False when the queue will not take it."""
+    text = json.dumps(stored)
+    if len(text) > DEFERRED_OUTCOME_BYTES:
+        stored = {"result": text[:DEFERRED_OUTCOME_BYTES], "truncated": True}
+    try:
+        queues.send(settings().sweep_queue, [{"type": DEFERRED_END, "run_id": run.run_id, "status": status,
+                                              "outcome": stored, "announce": waited}])
+    except Exception as error:
+        log.failure("run.end_lost", error, run_id=run.run_id, agent_id=run.agent_id, left_to="lease expiry")
+        return False
+    log.event("run.end_deferred", run_id=run.run_id, agent_id=run.agent_id, status=status)
+    return True
+
+
+def record_deferred_end(message: dict[str, Any], now: datetime) -> None:
+    """Record a run's end that its Lambda could not (a work queue message). Raises while the store
+    still fails, so SQS tries again. A run already ended stays as it is; one the sweep expired
+    meanwhile gets its true end."""
+    run = run_store.get(str(message["run_id"]))
+    if run is None or run.status not in (RUNNING, run_store.EXPIRED):
+        return
+    status = message["status"]
+    if status not in _OUTCOME_FIELD:
+        raise ValueError(f"a deferred end with status {status!r}")
+    ended = run_store.finish(run, status, now, announce=bool(message.get("announce")), after_expiry=True,
+                             **{_OUTCOME_FIELD[status]: message["outcome"]})
+    if ended and message.get("announce"):
+        announce_end(replace(run, status=status))
+
+
+def announce_end(run: Run) -> None:
+    """Tell the agent's webhook that a run which waited on a person has ended, then take it out of
+    the sweep's index; if the queue fails, the sweep announces it later (`sweep_runs`)."""
+    if notify.run_finished(run):
+        run_store.announced(run.run_id)
+
+
+def sweep_runs(now: datetime, *, account_id: str | None = None) -> dict[str, int]:
+    """The sweep's pass over runs anywhere in the fleet (or only `account_id`'s): expire those
+    whose lease ran out (their Lambda died, or nobody decided), announce ends still unannounced.
+    O(such runs): the sparse `to_sweep` index holds nothing else. Each run alone: a failure is
+    logged and tried again at the next sweep."""
+    counts = {"expired": 0, "announced": 0, "failed": 0}
+    for found in run_store.to_sweep(now):
+        if account_id not in (None, found.account_id):
+            continue
+        try:
+            if found.unannounced:
+                run = run_store.get(found.run_id)
+                if run is not None:
+                    announce_end(run)
+                    counts["announced"] += 1
+            elif found.lease_expires_at <= _cutoff(found.status, now):
+                run = run_store.get(found.run_id)
+                if run is not None and expire_if_due(run, now).status == run_store.EXPIRED:
+                    counts["expired"] += 1
+        except Exception as error:
+            log.failure("sweep.run_failed", error, run_id=found.run_id, agent_id=found.agent_id)
+            counts["failed"] += 1
+    return counts
 
 
 def _log_run(run: Run, outcome: Outcome, started: float, vendor_ms: float | None) -> None:
@@ -242,17 +343,28 @@ def _log_run(run: Run, outcome: Outcome, started: float, vendor_ms: float | None
               vendor_ms=vendor_ms)
 
 
-def _perform(run: Run, tool: Tool) -> Outcome:
+def _prepare(run: Run, tool: Tool) -> tuple[vendor.Request, float]:
+    """The request with its credential, and the vendor's deadline, which ends before the lease
+    does, so the run is never taken for abandoned. Nothing is sent."""
     credential = None
     if tool.spec.connection:
         credential = connections.credential(run.account_id, tool.spec.connection, tool.spec.request.url)
-    # the vendor's deadline ends before the lease does, so the run is never taken for abandoned
     budget = (run.lease_expires_at - utcnow()).total_seconds() - LEASE_SAFETY_SECONDS
     timeout = min(settings().vendor_timeout_seconds, budget)
     if timeout <= 0:
         raise VendorTimeout("the run's time ran out before the vendor was called")
-    request = vendor.build(tool, run.input, credential)
-    return vendor.perform(request, dry_run=run.dry_run, read_only=not tool.spec.writes, timeout=timeout)
+    return vendor.build(tool, run.input, credential), timeout
+
+
+def _start(run: Run, use_due_at: datetime | None) -> None:
+    """Record the run and take its lease before anything is sent; a store failing past its retries
+    is a clean error that says the vendor was not called."""
+    try:
+        run_store.start(run, use_due_at=use_due_at)
+    except Exception as error:
+        log.failure("run.start_failed", error, run_id=run.run_id, agent_id=run.agent_id)
+        raise StoreUnavailable("Workset could not record the call, so the vendor was not called; "
+                               "try again shortly") from error
 
 
 def _standing_decision(state: AgentState, tool: Tool) -> str | None:
@@ -319,12 +431,21 @@ def _must_wait(run: Run) -> None:
 
 def expire_if_due(run: Run, now: datetime) -> Run:
     """A run whose lease ran out (nobody decided, or its Lambda died) is recorded as expired the
-    first time anyone looks; the sweep does the same for runs nobody looks at."""
-    if run.status in (AWAITING, RUNNING) and run.lease_expires_at <= now:
-        if run_store.expire(run, now) and run.status == AWAITING:
-            notify.run_finished(replace(run, status="expired"))
+    first time anyone looks; the sweep does the same for runs nobody looks at. A wait ends when
+    its time is up; a running run only after the clock skew allowance too, so a judge whose clock
+    runs ahead never ends a live run."""
+    cutoff = _cutoff(run.status, now)
+    if run.status in (AWAITING, RUNNING) and run.lease_expires_at <= cutoff:
+        if run_store.expire(run, now, cutoff=cutoff) and run.status == AWAITING:
+            announce_end(replace(run, status=run_store.EXPIRED))
         return run_store.get(run.run_id) or run
     return run
+
+
+def _cutoff(status: str, now: datetime) -> datetime:
+    """Leases that ended by this moment have run out: for a wait, now (the person's window is
+    exact); for a running run, now less the clock skew allowance."""
+    return now if status == AWAITING else now - SKEW_ALLOWANCE
 
 
 def _storable(structured: dict[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,6 @@ from chalicelib import connections, log, notify, runs, toolbox
 from chalicelib.config import settings
 from chalicelib.store import agents as agent_store
 from chalicelib.store import queues
-from chalicelib.store import runs as run_store
 from chalicelib.store import sweep as sweep_store
 from chalicelib.store.agents import DemotionGuard, News
 from chalicelib.store.records import AgentState, Connection, HistoryEvent, Promotion
@@ -50,22 +49,29 @@ Dispatch = Callable[[list[list[str]]], None]
 
 @dataclass
 class Report:
-    """What one sweep did: the demotions it made and the ones it held back (and why)."""
+    """What one sweep did: the demotions it made and the ones it held back (and why), the agents
+    it could not review (tried again at the next sweep), and what it did to runs."""
 
     demoted: list[dict[str, str]] = field(default_factory=list)
     held: list[dict[str, str]] = field(default_factory=list)
+    failed: list[dict[str, str]] = field(default_factory=list)
+    runs: dict[str, int] = field(default_factory=dict)
     dispatched: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The shape `POST /v1/sweep` answers."""
-        return {"demoted": self.demoted, "held": self.held, "dispatched": self.dispatched}
+        return {"demoted": self.demoted, "held": self.held, "failed": self.failed, "runs": self.runs,
+                "dispatched": self.dispatched}
 
 
 def run(now: datetime, *, account_id: str | None = None, dispatch: Dispatch | None = None) -> Report:
     """One sweep over every agent with something due (or only `account_id`'s agents)."""
     with _logged("sweep", account_id=account_id) as (report, line):
-        line["drained"] = notify.drain()  # changes whose announcement a crash interrupted
-        found = {**sweep_store.due_agents(now), **sweep_store.agents_to_review()}
+        # each step alone: a failing one is logged, and the rest of the rule still runs
+        line["drained"] = _step("drain", notify.drain, 0)  # changes whose announcement a crash interrupted
+        report.runs = _step("runs", lambda: runs.sweep_runs(now, account_id=account_id), {})
+        found = {**_step("due", lambda: sweep_store.due_agents(now), {}),
+                 **_step("to_review", sweep_store.agents_to_review, {})}
         agent_ids = sorted(agent for agent, account in found.items() if account_id in (None, account))
         line["agents"] = len(agent_ids)
         if dispatch is not None and len(agent_ids) > INLINE_AGENTS:
@@ -82,28 +88,52 @@ def queue_dispatch(batches: list[list[str]]) -> None:
     queues.send(settings().sweep_queue, [{"agent_ids": batch} for batch in batches])
 
 
-def handle_batch(body: str, now: datetime) -> Report:
+def handle_message(body: str, now: datetime) -> None:
+    """One message of the work queue: a batch of a large sweep, or the end of a run its Lambda
+    could not record (`runs.DEFERRED_END`). Raises while it cannot be handled: SQS tries again,
+    and parks it in the dead-letter queue after the last try."""
+    message = json.loads(body)
+    if message.get("type") == runs.DEFERRED_END:
+        runs.record_deferred_end(message, now)
+    else:
+        handle_batch(message["agent_ids"], now)
+
+
+def handle_batch(agent_ids: list[str], now: datetime) -> Report:
     """A worker's share of a sweep: the agents of one queued batch."""
     with _logged("sweep.batch") as (report, line):
-        agent_ids = json.loads(body)["agent_ids"]
         line["agents"] = len(agent_ids)
         return review_all(agent_ids, now, report)
 
 
 def review_all(agent_ids: Iterable[str], now: datetime, report: Report | None = None) -> Report:
-    """Apply the rule to each agent in turn (a worker's batch, or the inline sweep)."""
+    """Apply the rule to each agent in turn (a worker's batch, or the inline sweep), each alone:
+    an agent whose review fails (the store, a bug) is reported in `failed` and logged, and the
+    next sweep finds it again (its deadlines and flags are still set)."""
     report = report or Report()
     for agent_id in agent_ids:
-        state = agent_store.load_state(agent_id)
-        if state is not None:
-            review(state, now, report)
+        try:
+            state = agent_store.load_state(agent_id)
+            if state is not None:
+                review(state, now, report)
+        except Exception as error:
+            log.failure("sweep.agent_failed", error, agent_id=agent_id, left_to="next sweep")
+            report.failed.append({"agent_id": agent_id, "error": type(error).__name__})
     return report
+
+
+def _step(name: str, step: Callable[[], Any], fallback: Any) -> Any:
+    """One step of a sweep that must not stop the others: its answer, or `fallback` (logged)."""
+    try:
+        return step()
+    except Exception as error:
+        log.failure("sweep.step_failed", error, step=name, left_to="next sweep")
+        return fallback
 
 
 def review(state: AgentState, now: datetime, report: Report) -> None:
     """Idle, then cap, for one agent, every demotion guarded; then the bookkeeping."""
     agent_id = state.agent.agent_id
-    _expire_lapsed_runs(state, now)
     due = [(promotion, cause) for promotion in state.promotions if (cause := _idle_cause(state, promotion, now))]
     if state.in_flight(now):
         report.held += [_entry(agent_id, p, cause.value, reason="run_in_flight") for p, cause in due]
@@ -151,12 +181,14 @@ def _logged(kind: str, **fields: Any) -> Iterator[tuple[Report, dict[str, Any]]]
 
 
 def _counts(report: Report) -> list[log.Metric]:
-    return [log.Metric("SweepDemotions", len(report.demoted)), log.Metric("SweepHeld", len(report.held))]
+    return [log.Metric("SweepDemotions", len(report.demoted)), log.Metric("SweepHeld", len(report.held)),
+            log.Metric("SweepFailures", len(report.failed) + report.runs.get("failed", 0)),
+            log.Metric("RunsExpired", report.runs.get("expired", 0))]
 
 
 def _summary(report: Report, line: dict[str, Any], started: float) -> dict[str, Any]:
-    return {**line, "demoted": len(report.demoted), "held": len(report.held), "dispatched": report.dispatched,
-            "duration_ms": log.elapsed_ms(started)}
+    return {**line, "demoted": len(report.demoted), "held": len(report.held), "failed": len(report.failed),
+            "runs": report.runs, "dispatched": report.dispatched, "duration_ms": log.elapsed_ms(started)}
 
 
 def _idle_cause(state: AgentState, promotion: Promotion, now: datetime) -> Cause | None:
@@ -191,16 +223,6 @@ def _keep_books(state: AgentState, remaining: list[Promotion]) -> None:
                                       last_used_at=promotion.last_used_at)
     if state.review_token:
         sweep_store.clear_review(state.agent.agent_id, state.review_token)
-
-
-def _expire_lapsed_runs(state: AgentState, now: datetime) -> None:
-    """Runs whose lease ran out (a wait nobody decided, a Lambda that died) are ended as expired,
-    which also frees their lease entries."""
-    for run_id, expiry in state.leases.items():
-        if expiry <= now.timestamp():
-            run = run_store.get(run_id)
-            if run is not None:
-                runs.expire_if_due(run, now)
 
 
 def _entry(agent_id: str, promotion: Promotion, cause: str, *, reason: str | None = None) -> dict[str, str]:

@@ -71,7 +71,7 @@ def promoted_tools(state: AgentState) -> list[Tool]:
 
 
 def promote(state: AgentState, vendor: str, name: str, *, by: PromotedBy, actor: str, now: datetime,
-            tool: Tool | None = None, caller_told: bool = False) -> Change:
+            tool: Tool | None = None) -> Change:
     """Put a tool in the working set; promoting a promoted tool changes nothing."""
     tool = tool or toolbox.resolve(state.agent.account_id, vendor, name)
     size = len(state.promotions)
@@ -81,15 +81,14 @@ def promote(state: AgentState, vendor: str, name: str, *, by: PromotedBy, actor:
     promotion = Promotion(vendor, name, promoted_at=now, promoted_by=by.value)
     changed = agent_store.add_promotion(
         state.agent.agent_id, state.agent.account_id, promotion, event,
-        due_at=idle_deadline(state, now), over_cap=size + 1 > state.agent.cap, news=_news(state, caller_told),
+        due_at=idle_deadline(state, now), over_cap=size + 1 > state.agent.cap, news=_news(state),
     )
     if changed:
         notify.announce(state, changes=1, size=size + 1)
     return Change(size=size + 1 if changed else size, changed=changed, tool=tool)
 
 
-def demote(state: AgentState, vendor: str, name: str, *, cause: Cause, actor: str, now: datetime,
-           caller_told: bool = False) -> Change:
+def demote(state: AgentState, vendor: str, name: str, *, cause: Cause, actor: str, now: datetime) -> Change:
     """Take a tool out of the working set; demoting a tool that is not promoted changes nothing."""
     size = len(state.promotions)
     if state.promotion(vendor, name) is None:
@@ -97,13 +96,12 @@ def demote(state: AgentState, vendor: str, name: str, *, cause: Cause, actor: st
         return Change(size=size, changed=False)
     event = HistoryEvent(vendor, name, action="demoted", cause=cause.value, actor=actor, at=now)
     changed = agent_store.remove_promotion(state.agent.agent_id, vendor, name, event,
-                                           news=_news(state, caller_told))
+                                           news=_news(state))
     if changed:
         notify.announce(state, changes=1, size=size - 1)
     return Change(size=size - 1 if changed else size, changed=changed)
 
 
-def _news(state: AgentState, caller_told: bool) -> News:
-    """Who hears of a change: the webhook if the agent has one; the MCP caller if its own
-    response carries the notification."""
-    return News(webhook=bool(state.webhook_url), told_seq=state.change_seq + 1 if caller_told else None)
+def _news(state: AgentState) -> News:
+    """Who hears of a change through the outbox: the webhook, if the agent has one."""
+    return News(webhook=bool(state.webhook_url))

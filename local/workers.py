@@ -28,7 +28,7 @@ def consumers() -> dict[str, Batch]:
     """Each queue and what Lambda would run for a batch of it (answering the failed message ids)."""
     return {
         settings().sweep_queue: lambda deliveries: [
-            d.message_id for d in deliveries if not _ok(lambda: sweep.handle_batch(d.body, utcnow()))],
+            d.message_id for d in deliveries if not _ok(lambda: sweep.handle_message(d.body, utcnow()))],
         settings().webhook_queue: notify.consume,
     }
 

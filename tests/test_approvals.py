@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from chalicelib import accounts, runs
-from chalicelib.clock import utcnow
+from chalicelib.clock import SKEW_ALLOWANCE, utcnow
 from chalicelib.store import agents as agent_store
 from tests.conftest import Admin, Mcp, Vendor
 
@@ -161,10 +161,14 @@ def test_a_run_that_never_ends_is_out_of_flight_once_its_lease_expires(admin: Ad
     state = agent_store.load_state(_agent_id(admin))
     assert state is not None
     (run_id, expiry), = state.leases.items()
-    # THEN it is in flight until its lease expires, and not after
+    # THEN it is in flight until its lease expires and the clock skew allowance has passed too
     now = utcnow()
     assert state.in_flight(now)
-    later = now + timedelta(seconds=expiry - now.timestamp() + 1)
+    lease_end = now + timedelta(seconds=expiry - now.timestamp())
+    assert state.in_flight(lease_end + timedelta(seconds=1))  # a judge whose clock runs ahead
+    assert runs.get_for_account(accounts.authenticate_admin(admin.token), run_id,
+                                lease_end + timedelta(seconds=1)).status == "running"
+    later = lease_end + SKEW_ALLOWANCE + timedelta(seconds=1)
     assert not state.in_flight(later)
     # AND the run is recorded as expired the first time anyone looks after that
     account_id = accounts.authenticate_admin(admin.token)

@@ -24,12 +24,24 @@ def promoted(admin: Admin, mcp: Mcp, vendor: Vendor) -> Mcp:
 
 CASES: list[tuple[str, int, Callable[[Mcp], object]]] = [
     ("tools/list", 2, lambda mcp: mcp.post("tools/list")),
-    ("promote", 3, lambda mcp: mcp.call("promote", {"vendor": "unleashed", "name": "tool-5"})),
+    ("promote", 4, lambda mcp: mcp.call("promote", {"vendor": "unleashed", "name": "tool-5"})),
     ("demote", 3, lambda mcp: mcp.call("demote", {"vendor": "unleashed", "name": "tool-0"})),
     # A call is a durable run: one write starts it (lease + use), one ends it (result, lease freed).
     ("call", 4, lambda mcp: mcp.call("unleashed__tool-0", {"customer": "acme"})),
     ("find_tool warm", 2, lambda mcp: mcp.call("find_tool", {"query": "sales orders"})),
 ]
+# A 2025-11-25 client hears of its own change on the response; once that answer is built, one
+# UpdateItem marks what it was told (never inside the change's transaction, whose answer may be
+# lost). The current revision's clients hear through their subscription instead.
+CASES += [
+    ("promote (2026 revision)", 3, lambda mcp: _modern(mcp).call("promote", {"vendor": "unleashed", "name": "tool-5"})),
+    ("demote (2026 revision)", 2, lambda mcp: _modern(mcp).call("demote", {"vendor": "unleashed", "name": "tool-0"})),
+]
+
+
+def _modern(mcp: Mcp) -> Mcp:
+    mcp.modern = True
+    return mcp
 
 
 @pytest.mark.parametrize(("label", "target", "run"), CASES, ids=[case[0] for case in CASES])

@@ -33,6 +33,7 @@ from chalice.test import Client
 
 from bench.dynamo_calls import DynamoCalls
 from chalicelib import config as app_config
+from chalicelib import log
 from chalicelib.mcp import server
 from chalicelib.store import outbox
 from chalicelib.store.models import TABLES
@@ -369,6 +370,9 @@ def test_a_broken_log_group_fails_the_check(break_it: Callable[[dict[str, Any]],
 # Alarms
 
 TOPIC = {"Fn::If": ["MakesAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]}
+# The app's own metrics (embedded metric format, by stage) that mean something failed and was
+# left for later: a sweep step or agent, a run's end that the store would not take.
+APP_METRICS = ("SweepFailures", "RunEndsUnrecorded")
 # Every DynamoDB operation the store makes: the policy's actions, and TransactWriteItems (which
 # IAM authorizes as its parts; chalicelib/store/base.py's transaction).
 TABLE_OPERATIONS = {"TransactWriteItems"} | {
@@ -421,6 +425,9 @@ def expected_alarms(doc: dict[str, Any]) -> dict[str, str]:
     for logical_id, resource in doc["Resources"].items():
         if resource.get("Type") == "AWS::DynamoDB::Table":
             wanted[f"{logical_id} throttling"] = json.dumps({"Ref": logical_id})
+    for metric in APP_METRICS:
+        wanted[f"the app's {metric}"] = json.dumps((log.NAMESPACE, metric, {"stage": json.dumps({"Ref": "Stage"})}),
+                                                   sort_keys=True)
     return wanted
 
 
@@ -461,7 +468,7 @@ def alarm_problems(doc: dict[str, Any]) -> list[str]:
 
 def test_the_alarms_watch_the_dead_letters_the_functions_the_api_and_the_tables() -> None:
     assert alarm_problems(template()) == []
-    assert len(expected_alarms(template())) == len(QUEUES) + 2 * len(FUNCTIONS) + 1 + len(TABLES)
+    assert len(expected_alarms(template())) == len(QUEUES) + 2 * len(FUNCTIONS) + 1 + len(TABLES) + len(APP_METRICS)
 
 
 def test_the_alarms_notify_a_topic_the_stack_makes_unless_one_is_given() -> None:

@@ -1097,6 +1097,10 @@ def exercise_store() -> set[str]:
     assert agents.load_state("a1").decision("acme", "orders").shape == shape
     assert run(runs.deny, r3, "admin", now, shape=shape) is True
     assert runs.get("r3").status == "denied"
+    # the denial is news for the webhook until announced; the sweep's index holds it till then
+    assert "r3" in {found.run_id for found in run(runs.to_sweep, now + timedelta(seconds=1)) if found.unannounced}
+    assert run(runs.announced, "r3") is True
+    assert "r3" not in {found.run_id for found in runs.to_sweep(now + timedelta(seconds=1))}
     assert agents.load_state("a1").decision("acme", "orders").decision == "deny"
     assert run(agents.remove_decision, "a1", "acme", "orders") is True
     assert agents.remove_decision("a1", "acme", "orders") is False
@@ -1106,7 +1110,7 @@ def exercise_store() -> set[str]:
     assert runs.list_pending("acct", limit=10).items == []
     r4 = new_run(4, runs.RUNNING, lease_expires_at=now)
     runs.start(r4, use_due_at=week)
-    assert run(runs.expire, r4, now + timedelta(seconds=1)) is True
+    assert run(runs.expire, r4, now + timedelta(seconds=1), cutoff=now + timedelta(seconds=1)) is True
     assert runs.get("r4").status == "expired"
     assert set(agents.load_state("a1").leases) == {"r2"}
     assert runs.finish(r2, "succeeded", now, result={}) is True

@@ -58,12 +58,10 @@ class GetRunArgs(BaseModel):
 
 @dataclass(frozen=True)
 class Call:
-    """What a meta-tool handler gets; `told` when the caller's response carries the news of a
-    change it makes (2025-11-25 clients)."""
+    """What a meta-tool handler gets."""
 
     state: AgentState
     now: datetime
-    told: bool = False
 
 
 @dataclass
@@ -139,7 +137,7 @@ def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
 def _promote(call: Call, raw: Any) -> Outcome:
     ref = parse(ToolRef, raw)
     change = workingset.promote(call.state, ref.vendor, ref.name, by=PromotedBy.AGENT,
-                                actor=call.state.agent.agent_id, now=call.now, caller_told=call.told)
+                                actor=call.state.agent.agent_id, now=call.now)
     assert change.tool is not None
     return Outcome(structured={"size": change.size, "tool": tool_definition(change.tool)},
                    list_changed=change.changed)
@@ -148,7 +146,7 @@ def _promote(call: Call, raw: Any) -> Outcome:
 def _demote(call: Call, raw: Any) -> Outcome:
     ref = parse(ToolRef, raw)
     change = workingset.demote(call.state, ref.vendor, ref.name, cause=Cause.AGENT_ASKED,
-                               actor=call.state.agent.agent_id, now=call.now, caller_told=call.told)
+                               actor=call.state.agent.agent_id, now=call.now)
     return Outcome(structured={"size": change.size}, list_changed=change.changed)
 
 
@@ -162,7 +160,7 @@ def _acquire(call: Call, raw: Any) -> Outcome:
     agent_id = call.state.agent.agent_id
     tool = toolbox.acquire(call.state, spec, call.now)
     change = workingset.promote(call.state, spec.vendor, spec.name, by=PromotedBy.PUBLISH, actor=agent_id,
-                                now=call.now, tool=tool, caller_told=call.told)
+                                now=call.now, tool=tool)
     return Outcome(structured={"vendor": spec.vendor, "name": spec.name, "version": tool.version.version,
                                "size": change.size}, list_changed=change.changed)
 

@@ -108,12 +108,18 @@ def _metric_method(method: Any) -> str:
 
 def _carry_news(state: AgentState, reply: Reply) -> None:
     """2025-11-25 clients hear of a change on the HTTP response: their own change, or one made
-    elsewhere (sweep, console, another client) since their agent's last response, once."""
+    elsewhere (sweep, console, another client) since their agent's last response, once. What
+    the client was told is marked only now that the answer carrying the news exists (never in
+    the change's own transaction, whose answer may be lost), and best effort: if the mark fails,
+    the next response tells it again, which is harmless."""
     elsewhere = state.change_seq > state.mcp_seen_seq
-    if reply.changed or elsewhere:
-        reply.events.insert(0, LIST_CHANGED)
-    if elsewhere and not reply.changed:  # an own change recorded what the caller saw already
-        outbox.mark_seen(state.agent.agent_id, state.change_seq)
+    if not (reply.changed or elsewhere):
+        return
+    reply.events.insert(0, LIST_CHANGED)
+    try:
+        outbox.mark_seen(state.agent.agent_id, state.change_seq + (1 if reply.changed else 0))
+    except Exception as error:  # noqa: BLE001 - the answer stands; the news is told again next time
+        log.failure("mcp.mark_seen_failed", error, agent_id=state.agent.agent_id)
 
 
 def _initialize(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
@@ -155,7 +161,7 @@ def _call_tool(state: AgentState, request: Request, now: datetime) -> Reply:
     arguments = request.params.get("arguments") or {}
     if not isinstance(name, str) or not isinstance(arguments, dict):
         raise ProtocolError(INVALID_PARAMS, "Invalid params: tools/call needs a name and an arguments object")
-    outcome = _call(state, name, arguments, now, told=not request.modern)
+    outcome = _call(state, name, arguments, now)
     if outcome.status == runs.AWAITING and outcome.run_id and tasks.declared(request):
         return Reply(tasks.created(outcome.run_id, state, now))
     return Reply(_tool_result(outcome), changed=outcome.list_changed)
@@ -188,11 +194,11 @@ def _wait_for_change(state: AgentState) -> bool:
     return False
 
 
-def _call(state: AgentState, name: str, arguments: dict[str, Any], now: datetime, *, told: bool) -> Outcome:
+def _call(state: AgentState, name: str, arguments: dict[str, Any], now: datetime) -> Outcome:
     try:
         meta = META_TOOLS.get(name)
         if meta is not None:
-            return meta.handler(Call(state, now, told=told), arguments)
+            return meta.handler(Call(state, now), arguments)
         ref = split_name(name)
         if ref is None or state.promotion(*ref) is None:
             raise ProtocolError(INVALID_PARAMS, _unknown_tool(name, ref))

@@ -141,11 +141,9 @@ def remove_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent,
 
 @dataclass(frozen=True)
 class News:
-    """Who must hear of a change: the webhook (through the outbox), and whether the MCP client
-    making it is told on its own response (`told_seq`: the change counter it will have seen)."""
+    """Who must hear of a change through the outbox: the webhook."""
 
     webhook: bool = False
-    told_seq: int | None = None
 
 
 def due_fields(agent_id: str, due_at: datetime) -> dict[str, Any]:
@@ -171,15 +169,13 @@ class DemotionGuard:
 def _change_set(agent_id: str, event: HistoryEvent, delta: int, change: Callable[[TransactWrite], None], *,
                 news: News, lease_rev: int | None = None, flag: bool = False) -> bool:
     """One transaction: the promotion's own write, the set's size and change counter (with the
-    outbox flag and what the caller is told), the history event."""
+    outbox flag), the history event."""
     condition = AgentSettingsItem.agent_id.exists()
     if lease_rev is not None:
         condition &= AgentSettingsItem.lease_rev == lease_rev
     actions = [AgentSettingsItem.size.add(delta), AgentSettingsItem.change_seq.add(1)]
     if news.webhook:
         actions.append(AgentSettingsItem.outbox_shard.set(shard(agent_id, SHARDS)))
-    if news.told_seq is not None:
-        actions.append(AgentSettingsItem.mcp_seen_seq.set(news.told_seq))
     actions += review_actions(agent_id) if flag else []
     try:
         with transaction() as write:

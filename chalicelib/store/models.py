@@ -299,6 +299,21 @@ class PendingByAccount(GlobalSecondaryIndex["RunItem"]):
     created_at = UTCDateTimeAttribute(range_key=True)
 
 
+class RunsToSweep(GlobalSecondaryIndex["RunItem"]):
+    """Sparse: the runs the sweep may have to act on, by when. A live run (running, or waiting for
+    a person) is in it at its lease's end, so a run whose Lambda died is found wherever it is in
+    the fleet; an ended run whose `run_finished` news is not yet with the webhook queue
+    (`unannounced`) is in it at its end. Announced and quiet runs leave it, so the sweep reads
+    O(abandoned + unannounced) runs, not the fleet's."""
+
+    class Meta:
+        index_name = "to_sweep"
+        projection = IncludeProjection(["agent_id", "account_id", "status", "lease_expires_at", "unannounced"])
+
+    sweep_shard = UnicodeAttribute(hash_key=True)
+    sweep_at = UTCDateTimeAttribute(range_key=True)
+
+
 class RunItem(Model):
     """One call of a tool, from start (or wait for approval) to its result."""
 
@@ -322,9 +337,13 @@ class RunItem(Model):
     result_apart = BooleanAttribute(null=True)
     decided_by = UnicodeAttribute(null=True)
     pending_account_id = UnicodeAttribute(null=True)
+    sweep_shard = UnicodeAttribute(null=True)
+    sweep_at = UTCDateTimeAttribute(null=True)
+    unannounced = BooleanAttribute(null=True)  # ended after waiting on a person; the webhook not yet told
     ttl = TTLAttribute(null=True)  # runs are kept for WORKSET_RUN_RETENTION_DAYS
     by_agent = RunsByAgent()
     pending_by_account = PendingByAccount()
+    to_sweep = RunsToSweep()
 
 
 class RunResultItem(Model):

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from chalicelib.clock import SKEW_ALLOWANCE
+
 
 @dataclass(frozen=True)
 class Account:
@@ -80,8 +82,10 @@ class AgentState:
     webhook_secret: bytes | None = field(default=None, repr=False)
 
     def in_flight(self, now: datetime) -> bool:
-        """True while any run of the agent holds an unexpired lease."""
-        return any(expiry > now.timestamp() for expiry in self.leases.values())
+        """True while any run of the agent holds a lease, judged with the clock skew allowance
+        (a lease written by a Lambda whose clock runs behind this one's is still held)."""
+        cutoff = (now - SKEW_ALLOWANCE).timestamp()
+        return any(expiry > cutoff for expiry in self.leases.values())
 
     def promotion(self, vendor: str, name: str) -> Promotion | None:
         """The promotion of (vendor, name), if it is in the working set."""
@@ -150,6 +154,18 @@ class Run:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     decided_by: str | None = None
+
+
+@dataclass(frozen=True)
+class RunToSweep:
+    """What the sweep's index says of a run it may have to act on."""
+
+    run_id: str
+    agent_id: str
+    account_id: str
+    status: str
+    lease_expires_at: datetime
+    unannounced: bool
 
 
 @dataclass(frozen=True)

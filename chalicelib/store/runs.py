@@ -4,6 +4,10 @@ Every run holds a lease on its agent's settings item (`leases[run_id] = expiry`)
 moment it starts (or starts waiting for a person) until it ends, written in the same
 transaction as the run's own change. A run that starts also moves `lease_rev` on, which is what
 the sweep's demotions are conditioned on.
+
+A run is in the sparse `to_sweep` index while the sweep may have to act on it: live, at its
+lease's end (found there if its Lambda dies), and, once ended after waiting on a person, until
+its `run_finished` news is handed to the webhook queue (`unannounced`, at its end).
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
 
+from chalicelib.config import settings
 from chalicelib.store.agents import due_fields
-from chalicelib.store.base import ConditionFailed, key_ok, page, transaction
+from chalicelib.store.base import ConditionFailed, key_ok, page, transaction, update_if
 from chalicelib.store.models import (
     AGENT_SK,
+    SHARDS,
     AgentSettingsItem,
     ApprovalItem,
     PromotionItem,
@@ -26,12 +32,13 @@ from chalicelib.store.models import (
     RunResultItem,
     approval_sk,
     promotion_sk,
+    shard,
 )
-from chalicelib.config import settings
-from chalicelib.store.records import ALLOW, DENY, Page, Run
+from chalicelib.store.records import ALLOW, DENY, Page, Run, RunToSweep
 
 AWAITING = "awaiting_approval"
 RUNNING = "running"
+EXPIRED = "expired"
 INLINE_RESULT_BYTES = 4096  # a result up to this size rides in the run item itself
 RESULT_SUFFIX = "#result"
 
@@ -73,8 +80,10 @@ def _start(run: Run, *, use_due_at: datetime | None) -> None:
 
 
 def finish(run: Run, status: str, now: datetime, *, result: dict[str, Any] | None = None,
-           error: dict[str, Any] | None = None) -> bool:
-    """End a running run with its result and release its lease. False if it was not running.
+           error: dict[str, Any] | None = None, announce: bool = False, after_expiry: bool = False) -> bool:
+    """End a running run with its result and release its lease. False if it was not running
+    (nor, `after_expiry`, expired: a late record of the truth replaces a sweep's guess).
+    `announce` keeps it in the `to_sweep` index until its `run_finished` news is handed over.
 
     A result (or error) over INLINE_RESULT_BYTES is written first, on its own, as the run's
     RunResultItem; the transaction then only flips the run's status and frees the lease, so a
@@ -87,7 +96,8 @@ def finish(run: Run, status: str, now: datetime, *, result: dict[str, Any] | Non
     else:
         actions += [RunItem.result.set(result)] if result is not None else []
         actions += [RunItem.error.set(error)] if error is not None else []
-    return _end(run, actions, RunItem.status == RUNNING)
+    condition = RunItem.status.is_in(RUNNING, EXPIRED) if after_expiry else RunItem.status == RUNNING
+    return _end(run, actions, condition, now, announce=announce)
 
 
 def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime, *, shape: dict[str, Any]) -> bool:
@@ -105,6 +115,7 @@ def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime, 
                     RunItem.decided_by.set(approver),
                     RunItem.updated_at.set(now),
                     RunItem.lease_expires_at.set(lease_expires_at),
+                    RunItem.sweep_at.set(lease_expires_at),
                     RunItem.pending_account_id.remove(),
                 ],
                 condition=(RunItem.status == AWAITING) & (RunItem.lease_expires_at > now),
@@ -125,17 +136,41 @@ def deny(run: Run, approver: str, now: datetime, *, shape: dict[str, Any]) -> bo
     request shape. False if it was not waiting any more."""
     actions = [RunItem.status.set("denied"), RunItem.updated_at.set(now), RunItem.decided_by.set(approver),
                RunItem.pending_account_id.remove()]
-    return _end(run, actions, RunItem.status == AWAITING, also=_decision(run, DENY, approver, now, shape))
+    return _end(run, actions, RunItem.status == AWAITING, now, announce=True,
+                also=_decision(run, DENY, approver, now, shape))
 
 
-def expire(run: Run, now: datetime) -> bool:
-    """End a run whose lease ran out (a wait nobody decided, or a Lambda that died mid-run)."""
-    actions = [RunItem.status.set("expired"), RunItem.updated_at.set(now), RunItem.pending_account_id.remove()]
-    condition = RunItem.status.is_in(AWAITING, RUNNING) & (RunItem.lease_expires_at <= now)
-    return _end(run, actions, condition)
+def expire(run: Run, now: datetime, *, cutoff: datetime) -> bool:
+    """End a run whose lease ran out by `cutoff` (a wait nobody decided, or a Lambda that died
+    mid-run) and was still in the status it was read in. A wait that ran out is announced."""
+    actions = [RunItem.status.set(EXPIRED), RunItem.updated_at.set(now), RunItem.pending_account_id.remove()]
+    condition = (RunItem.status == run.status) & (RunItem.lease_expires_at <= cutoff)
+    return _end(run, actions, condition, now, announce=run.status == AWAITING)
 
 
-def _end(run: Run, actions: list[Any], condition: Any, *, also: ApprovalItem | None = None) -> bool:
+def to_sweep(now: datetime) -> list[RunToSweep]:
+    """Runs the sweep may have to act on now: live runs whose lease ended by `now`, ended runs
+    whose news is still to hand over. SHARDS queries, whatever the fleet's size."""
+    return [RunToSweep(item.run_id, item.agent_id, item.account_id, item.status, item.lease_expires_at,
+                       bool(item.unannounced))
+            for index in range(SHARDS) for item in RunItem.to_sweep.query(f"s{index}", RunItem.sweep_at <= now)]
+
+
+def announced(run_id: str) -> bool:
+    """The run's `run_finished` news is with the webhook queue: it leaves the `to_sweep` index."""
+    return update_if(RunItem(run_id=run_id),
+                     [RunItem.unannounced.remove(), RunItem.sweep_shard.remove(), RunItem.sweep_at.remove()],
+                     RunItem.unannounced.exists())
+
+
+def _end(run: Run, actions: list[Any], condition: Any, now: datetime, *, announce: bool,
+         also: ApprovalItem | None = None) -> bool:
+    """The run's change and its lease released, atomically; it stays in `to_sweep` (at `now`)
+    only when its end is news still to hand over."""
+    if announce:
+        actions = [*actions, RunItem.unannounced.set(True), RunItem.sweep_at.set(now)]
+    else:
+        actions = [*actions, RunItem.sweep_shard.remove(), RunItem.sweep_at.remove()]
     try:
         with transaction() as write:
             write.update(RunItem(run_id=run.run_id), actions=actions, condition=condition)
@@ -195,6 +230,7 @@ def _item(run: Run) -> RunItem:
         name=run.name, version=run.version, input=run.input, dry_run=run.dry_run, status=run.status,
         created_at=run.created_at, updated_at=run.updated_at, lease_expires_at=run.lease_expires_at,
         pending_account_id=run.account_id if run.status == AWAITING else None, ttl=_expiry(run),
+        sweep_shard=shard(run.run_id, SHARDS), sweep_at=run.lease_expires_at,
     )
 
 
