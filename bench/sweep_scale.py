@@ -16,9 +16,11 @@ before each of its runs, one promotion of 1% of the agents with a last use 21 da
 or more before `now` (and the agent's settings item with its size back to 20), since the sweep
 before demoted them.
 
-moto copies the whole table for every transaction, so a due sweep costs it time in D x fleet:
-within `--budget`, later runs of a case are cut first, and a due case moto cannot finish in time
-(1% of 10,000 agents) falls back to one due agent. The output says which, wherever it happens.
+moto's Query walks and sorts the whole table, so a sweep costs it time in the fleet's size even
+where the calls do not grow (its transactions copied whole tables too, until local/emulator.py
+made them copy only the items they touch). Within `--budget`, later runs of a case are cut
+first, and a due case moto cannot finish in time falls back to one due agent. The output says
+which, wherever it happens.
 """
 
 from __future__ import annotations

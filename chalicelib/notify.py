@@ -39,7 +39,7 @@ from chalicelib.errors import VendorError, WorksetError
 from chalicelib.store import agents as agent_store
 from chalicelib.store import outbox, queues, vault
 from chalicelib.store.queues import Message
-from chalicelib.store.records import AgentState, Run
+from chalicelib.store.records import AgentState, Run, RunToSweep
 
 SECRET_PREFIX = "whsec_"
 LIST_CHANGED = "notifications/tools/list_changed"
@@ -115,7 +115,7 @@ def _hand_over(agent_id: str, seq: int, size: int) -> bool:
     return True
 
 
-def run_finished(run: Run) -> bool:
+def run_finished(run: Run | RunToSweep) -> bool:
     """Hand the news that a run which waited on a person has ended to the webhook queue. True when
     it is handled (queued, or the agent has no webhook to tell); False, logged, when the queue or
     the store failed: the run stays in the sweep's index and the next sweep tries again, so the

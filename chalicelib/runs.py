@@ -44,7 +44,7 @@ from chalicelib.errors import (
 from chalicelib.store import agents as agent_store
 from chalicelib.store import queues
 from chalicelib.store import runs as run_store
-from chalicelib.store.records import ALLOW, DENY, AgentState, Approval, Page, Run
+from chalicelib.store.records import ALLOW, DENY, AgentState, Approval, Page, Run, RunToSweep
 from chalicelib.toolbox import Tool
 from chalicelib.validation import check_instance
 from chalicelib.vendor import Outcome
@@ -299,7 +299,7 @@ def record_deferred_end(message: dict[str, Any], now: datetime) -> None:
         announce_end(replace(run, status=status))
 
 
-def announce_end(run: Run) -> None:
+def announce_end(run: Run | RunToSweep) -> None:
     """Tell the agent's webhook that a run which waited on a person has ended, then take it out of
     the sweep's index; if the queue fails, the sweep announces it later (`sweep_runs`)."""
     if notify.run_finished(run):
@@ -309,23 +309,20 @@ def announce_end(run: Run) -> None:
 def sweep_runs(now: datetime, *, account_id: str | None = None) -> dict[str, int]:
     """The sweep's pass over runs anywhere in the fleet (or only `account_id`'s): expire those
     whose lease ran out (their Lambda died, or nobody decided), announce ends still unannounced.
-    O(such runs): the sparse `to_sweep` index holds nothing else. Each run alone: a failure is
-    logged and tried again at the next sweep."""
+    O(such runs): the sparse `to_sweep` index holds nothing else, and says enough of each run to
+    act on it without reading it. Each run alone: a failure is logged and tried again at the next
+    sweep."""
     counts = {"expired": 0, "announced": 0, "failed": 0}
     for found in run_store.to_sweep(now):
         if account_id not in (None, found.account_id):
             continue
         try:
             if found.unannounced:
-                run = run_store.get(found.run_id)
-                if run is not None:
-                    announce_end(run)
-                    counts["announced"] += 1
-            elif found.lease_expires_at <= _cutoff(found.status, now):
-                run = run_store.get(found.run_id)
-                if run is not None and expire_if_due(run, now).status == run_store.EXPIRED:
-                    counts["expired"] += 1
-        except Exception as error:
+                announce_end(found)
+                counts["announced"] += 1
+            elif _expire(found, now):
+                counts["expired"] += 1
+        except Exception as error:  # noqa: BLE001 - one run's fault must not stop the sweep
             log.failure("sweep.run_failed", error, run_id=found.run_id, agent_id=found.agent_id)
             counts["failed"] += 1
     return counts
@@ -431,15 +428,28 @@ def _must_wait(run: Run) -> None:
 
 def expire_if_due(run: Run, now: datetime) -> Run:
     """A run whose lease ran out (nobody decided, or its Lambda died) is recorded as expired the
-    first time anyone looks; the sweep does the same for runs nobody looks at. A wait ends when
-    its time is up; a running run only after the clock skew allowance too, so a judge whose clock
-    runs ahead never ends a live run."""
-    cutoff = _cutoff(run.status, now)
-    if run.status in (AWAITING, RUNNING) and run.lease_expires_at <= cutoff:
-        if run_store.expire(run, now, cutoff=cutoff) and run.status == AWAITING:
-            announce_end(replace(run, status=run_store.EXPIRED))
+    first time anyone looks; the sweep does the same for runs nobody looks at. Answers the run
+    as it stands."""
+    if run.status in (AWAITING, RUNNING) and run.lease_expires_at <= _cutoff(run.status, now):
+        _expire(run, now)
         return run_store.get(run.run_id) or run
     return run
+
+
+def _expire(run: Run | RunToSweep, now: datetime) -> bool:
+    """End a live run whose lease ran out, if it did: a wait when its time is up; a running run
+    only after the clock skew allowance too, so a judge whose clock runs ahead never ends a live
+    run. The end of a run that waited on a person is announced. False when it was not due or
+    ended otherwise."""
+    cutoff = _cutoff(run.status, now)
+    if run.status not in (AWAITING, RUNNING) or run.lease_expires_at > cutoff:
+        return False
+    waited = run.status == AWAITING or run.decided_by is not None  # still waiting, or approved
+    if not run_store.expire(run, now, cutoff=cutoff, announce=waited):
+        return False
+    if waited:
+        announce_end(replace(run, status=run_store.EXPIRED))
+    return True
 
 
 def _cutoff(status: str, now: datetime) -> datetime:

@@ -68,10 +68,10 @@ def run(now: datetime, *, account_id: str | None = None, dispatch: Dispatch | No
     """One sweep over every agent with something due (or only `account_id`'s agents)."""
     with _logged("sweep", account_id=account_id) as (report, line):
         # each step alone: a failing one is logged, and the rest of the rule still runs
-        line["drained"] = _step("drain", notify.drain, 0)  # changes whose announcement a crash interrupted
-        report.runs = _step("runs", lambda: runs.sweep_runs(now, account_id=account_id), {})
-        found = {**_step("due", lambda: sweep_store.due_agents(now), {}),
-                 **_step("to_review", sweep_store.agents_to_review, {})}
+        line["drained"] = _step(report, "drain", notify.drain, 0)  # changes a crash left unannounced
+        report.runs = _step(report, "runs", lambda: runs.sweep_runs(now, account_id=account_id), {})
+        found = {**_step(report, "due", lambda: sweep_store.due_agents(now), {}),
+                 **_step(report, "to_review", sweep_store.agents_to_review, {})}
         agent_ids = sorted(agent for agent, account in found.items() if account_id in (None, account))
         line["agents"] = len(agent_ids)
         if dispatch is not None and len(agent_ids) > INLINE_AGENTS:
@@ -122,12 +122,14 @@ def review_all(agent_ids: Iterable[str], now: datetime, report: Report | None = 
     return report
 
 
-def _step(name: str, step: Callable[[], Any], fallback: Any) -> Any:
-    """One step of a sweep that must not stop the others: its answer, or `fallback` (logged)."""
+def _step(report: Report, name: str, step: Callable[[], Any], fallback: Any) -> Any:
+    """One step of a sweep that must not stop the others: its answer, or `fallback` (logged, and
+    reported in `failed`)."""
     try:
         return step()
-    except Exception as error:
+    except Exception as error:  # the rule goes on without this step; the next sweep tries it again
         log.failure("sweep.step_failed", error, step=name, left_to="next sweep")
+        report.failed.append({"step": name, "error": type(error).__name__})
         return fallback
 
 

@@ -44,6 +44,22 @@ LEGACY = "2025-11-25"
 emulator.patch()  # moto as DynamoDB: atomic writes, idempotent transactions (local/emulator.py)
 
 
+def _lambda_time_as_configured() -> None:
+    """Chalice's test client gives every invocation 3 s (its LambdaContext's default); Lambda gives
+    ours the configured `lambda_timeout`, and handlers that plan by the time left (the webhook
+    consumer) must see that."""
+    import functools
+
+    import chalice.test
+    from chalice.local import LambdaContext
+
+    timeout = json.loads((Path(__file__).resolve().parent.parent / ".chalice" / "config.json").read_text())
+    chalice.test.LambdaContext = functools.partial(LambdaContext, max_runtime_ms=timeout["lambda_timeout"] * 1000)
+
+
+_lambda_time_as_configured()
+
+
 @pytest.fixture(autouse=True)
 def aws() -> Iterator[None]:
     """Every test gets fresh, empty tables in moto, and a cold search cache."""

@@ -7,9 +7,11 @@ one that lasts longer reaches the app) and the app's handling above them.
         faults.fail("TransactWriteItems", times=ALWAYS)      # 500 on every attempt, nothing applied
         faults.cancel("TransactWriteItems", ["ThrottlingError"], times=3)
         faults.fail("Decrypt", service="kms", code="KMSInternalException")
+        bodies = faults.watch("TransactWriteItems")          # every body sent from now on
 
 A fault hits the next `times` calls of its operation that `when` accepts (given the request's
-JSON body); `faults.seen` counts every call by (service, operation), faults included.
+JSON body; the predicates below name the app's requests); `faults.seen` counts every call by
+(service, operation), faults included.
 """
 
 from __future__ import annotations
@@ -68,6 +70,18 @@ class Faults:
     def clear(self) -> None:
         """Disarm every fault (the outage is over)."""
         self.armed.clear()
+
+    def watch(self, operation: str, *, service: str = "dynamodb") -> list[dict[str, Any]]:
+        """Every body of `operation` from now on, as the service receives it (armed first, never
+        matching, so it sees the calls the faults armed after it hit too)."""
+        bodies: list[dict[str, Any]] = []
+
+        def record(body: dict[str, Any]) -> bool:
+            bodies.append(body)
+            return False
+
+        self.armed.insert(0, Fault(service, operation, "fail", ALWAYS, when=record))
+        return bodies
 
     def _match(self, service: str, operation: str, body: dict[str, Any]) -> Fault | None:
         for fault in self.armed:
@@ -133,3 +147,47 @@ def sets_status(status: str) -> Callable[[dict[str, Any]], bool]:
     def check(body: dict[str, Any]) -> bool:
         return f'"{status}"' in json.dumps(body.get("TransactItems", []))
     return check
+
+
+def puts_into(table_suffix: str) -> Callable[[dict[str, Any]], bool]:
+    """`when`: a transaction that puts a new item into the table ending with `table_suffix` (a
+    run's start puts the run; its end only updates it)."""
+    def check(body: dict[str, Any]) -> bool:
+        return any("Put" in item and item["Put"]["TableName"].endswith(table_suffix)
+                   for item in body.get("TransactItems", []))
+    return check
+
+
+def demotes_for(agent_id: str) -> Callable[[dict[str, Any]], bool]:
+    """`when`: a transaction that deletes one of this agent's promotions (a demotion)."""
+    def check(body: dict[str, Any]) -> bool:
+        return any("Delete" in item and item["Delete"]["Key"]["agent_id"]["S"] == agent_id
+                   and item["Delete"]["Key"]["sk"]["S"].startswith("P#")
+                   for item in body.get("TransactItems", []))
+    return check
+
+
+def counts_quota(body: dict[str, Any]) -> bool:
+    """`when`: the one-item transaction that adds a publish to the agent's daily quota count."""
+    return any(item.get("Update", {}).get("UpdateExpression", "").startswith("ADD")
+               and "acquire_count" in item["Update"].get("ExpressionAttributeNames", {}).values()
+               for item in body.get("TransactItems", []))
+
+
+def marks_seen(body: dict[str, Any]) -> bool:
+    """`when`: the UpdateItem that records which change an MCP response carried."""
+    return "mcp_seen_seq" in body.get("ExpressionAttributeNames", {}).values()
+
+
+def queries_index(name: str) -> Callable[[dict[str, Any]], bool]:
+    """`when`: a Query of the index `name`."""
+    return lambda body: body.get("IndexName") == name
+
+
+def sends_to(queue: str) -> Callable[[dict[str, Any]], bool]:
+    """`when`: an SQS send to this queue."""
+    return lambda body: body.get("QueueUrl", "").endswith(f"/{queue}")
+
+
+RUN_START = puts_into("-runs")  # `when`: the transaction that records a run's start
+RUN_SUCCEEDS = sets_status("succeeded")  # `when`: the transaction that records a run's success

@@ -1,8 +1,10 @@
 """local/emulator.py makes moto honour TransactWriteItems' ClientRequestToken as DynamoDB does: a
 repeat of a succeeded transaction (same token, same items) is answered with success and changes
 nothing; the same token with other items is IdempotentParameterMismatchException; a cancelled
-transaction is not remembered. Driven through boto3 and pynamodb against the in-process moto
-the harness wraps every test in (conftest's `aws`, which also forgets every token)."""
+transaction is not remembered. And its transactions copy only the items they touch for their
+rollback (moto's own copies whole tables), rolling back exactly as before. Driven through boto3
+and pynamodb against the in-process moto the harness wraps every test in (conftest's `aws`,
+which also forgets every token)."""
 
 from __future__ import annotations
 
@@ -182,3 +184,98 @@ def test_pynamodb_sees_a_mismatch_as_a_transact_write_error(dynamodb: Any) -> No
     assert refused.value.cause_response_code == "IdempotentParameterMismatchException"
     assert Counter.get("c", consistent_read=True).n == 1
     assert Counter.count("other") == 0
+
+
+# Transactions that cost what they touch: moto's own copies every touched table for its rollback.
+
+def test_a_cancelled_transaction_leaves_every_item_as_it_was(dynamodb: Any) -> None:
+    # GIVEN two counters, and a transaction that adds to both, creates a third and deletes one,
+    # whose last item's condition fails
+    dynamodb.transact_write_items(TransactItems=[_add("a", 5), _add("b", 7), _add("gone", 1)])
+    items = [_add("a", 1), _add("b", 1),
+             {"Put": {"TableName": TABLE, "Item": {"pk": {"S": "new"}, "n": {"N": "1"}}}},
+             {"Delete": {"TableName": TABLE, "Key": {"pk": {"S": "gone"}}}},
+             _add("c", 1, condition="attribute_exists(pk)")]
+    # WHEN it is sent
+    with pytest.raises(botocore.exceptions.ClientError) as cancelled:
+        dynamodb.transact_write_items(TransactItems=items)
+    # THEN DynamoDB's answer names the failed item, and nothing of the others stayed
+    reasons = [reason["Code"] for reason in cancelled.value.response["CancellationReasons"]]
+    assert reasons == ["None", "None", "None", "None", "ConditionalCheckFailed"]
+    assert (_count(dynamodb, "a"), _count(dynamodb, "b"), _count(dynamodb, "gone")) == (5, 7, 1)
+    assert _count(dynamodb, "new") is None and _count(dynamodb, "c") is None
+
+
+def test_an_invalid_item_rolls_back_what_came_before_it(dynamodb: Any) -> None:
+    # GIVEN a counter, and a transaction whose second item is invalid (ADD to a string)
+    dynamodb.put_item(TableName=TABLE, Item={"pk": {"S": "text"}, "n": {"S": "not a number"}})
+    dynamodb.transact_write_items(TransactItems=[_add("a", 5)])
+    # WHEN it is sent
+    with pytest.raises(botocore.exceptions.ClientError):
+        dynamodb.transact_write_items(TransactItems=[_add("a", 1), _add("text", 1)])
+    # THEN the first item's change is undone
+    assert _count(dynamodb, "a") == 5
+
+
+def test_a_transaction_copies_the_items_it_touches_not_the_tables(dynamodb: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a table of many counters, and every deep copy made from now on watched
+    import copy
+
+    from moto.dynamodb.models.table import Table
+
+    dynamodb.transact_write_items(TransactItems=[_add(f"k{number}") for number in range(100)])
+    copied: list[type] = []
+    deepcopy = copy.deepcopy
+
+    def watched(value: Any, memo: Any = None) -> Any:
+        copied.append(type(value))
+        return deepcopy(value, memo)
+
+    monkeypatch.setattr(copy, "deepcopy", watched)
+    # WHEN a transaction of two items commits, and one is cancelled
+    dynamodb.transact_write_items(TransactItems=[_add("k1"), _add("k2")])
+    with pytest.raises(botocore.exceptions.ClientError):
+        dynamodb.transact_write_items(TransactItems=[_add("k3"), _add("absent", condition="attribute_exists(pk)")])
+    # THEN no table was copied, and the cancelled one changed nothing
+    assert Table not in copied and copied
+    assert (_count(dynamodb, "k1"), _count(dynamodb, "k2"), _count(dynamodb, "k3")) == (2, 2, 1)
+
+
+# A query costs its partition: moto's own lists and sorts every item of the table.
+
+def test_a_partition_query_reads_only_its_partition_and_answers_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a table with a range key, three partitions of several items, and every item moto's
+    # table-wide listing hands out from now on counted
+    from moto.dynamodb.models.table import Table
+
+    client = boto3.client("dynamodb", region_name=REGION)
+    client.create_table(TableName="emulator-pairs", BillingMode="PAY_PER_REQUEST",
+                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                              {"AttributeName": "sk", "AttributeType": "S"}])
+    for pk in ("a", "b", "c"):
+        for sk in ("3", "1", "2"):
+            client.put_item(TableName="emulator-pairs", Item={"pk": {"S": pk}, "sk": {"S": sk}})
+    listed: list[int] = []
+    every_item = Table.all_items
+
+    def counted(self: Any) -> Any:
+        items = every_item(self)
+        listed.append(len(items))
+        return items
+
+    monkeypatch.setattr(Table, "all_items", counted)
+    # WHEN one partition is queried, whole and with a range condition, forwards and back
+    def keys(**extra: Any) -> list[str]:
+        found = client.query(TableName="emulator-pairs", KeyConditionExpression="pk = :pk" + extra.pop("and", ""),
+                             ExpressionAttributeValues={":pk": {"S": "b"}, **extra.pop("values", {})}, **extra)
+        return [item["sk"]["S"] for item in found["Items"]]
+
+    whole, backwards = keys(), keys(ScanIndexForward=False)
+    after_one = keys(**{"and": " AND sk > :s", "values": {":s": {"S": "1"}}})
+    absent = client.query(TableName="emulator-pairs", KeyConditionExpression="pk = :pk",
+                          ExpressionAttributeValues={":pk": {"S": "zzz"}})["Items"]
+    # THEN the answers are DynamoDB's, and no query listed more than its own partition
+    assert (whole, after_one, backwards, absent) == (["1", "2", "3"], ["2", "3"], ["3", "2", "1"], [])
+    assert listed and max(listed) <= 3

@@ -373,10 +373,11 @@ CHALICE_FUNCTIONS = 4  # APIHandler, Sweep, SweepWorker, WebhookConsumer
 
 def observability_types() -> list[str]:
     """A log group per function; alarms: each dead-letter queue, each function's errors and
-    throttles, the API's 5xx, each table's throttling."""
+    throttles, the API's 5xx, each table's throttling, and the app's two failure metrics (sweep
+    failures, run ends left unrecorded)."""
     return (["AWS::SSM::Parameter", "AWS::SNS::Topic", "AWS::SNS::Subscription"]
             + ["AWS::Logs::LogGroup"] * CHALICE_FUNCTIONS
-            + ["AWS::CloudWatch::Alarm"] * (len(QUEUES) + 2 * CHALICE_FUNCTIONS + 1 + len(TABLES)))
+            + ["AWS::CloudWatch::Alarm"] * (len(QUEUES) + 2 * CHALICE_FUNCTIONS + 1 + len(TABLES) + 2))
 # The API's name, which the 5XXError alarm names: one per stage (as Name, and as the definition's
 # title, which API Gateway may take instead).
 API_NAME = {"Fn::Sub": "workset-${Stage}"}
@@ -1110,7 +1111,7 @@ def exercise_store() -> set[str]:
     assert runs.list_pending("acct", limit=10).items == []
     r4 = new_run(4, runs.RUNNING, lease_expires_at=now)
     runs.start(r4, use_due_at=week)
-    assert run(runs.expire, r4, now + timedelta(seconds=1), cutoff=now + timedelta(seconds=1)) is True
+    assert run(runs.expire, r4, now + timedelta(seconds=1), cutoff=now + timedelta(seconds=1), announce=False) is True
     assert runs.get("r4").status == "expired"
     assert set(agents.load_state("a1").leases) == {"r2"}
     assert runs.finish(r2, "succeeded", now, result={}) is True
@@ -1144,13 +1145,16 @@ def exercise_store() -> set[str]:
     seq = outbox.change_seq("a1")
     assert run(agents.remove_promotion, "a1", "acme", "orders", event, guard=stale, news=webhook) is False
     assert outbox.change_seq("a1") == seq and outbox.pending() == []  # nothing written
-    # a demotion an MCP client makes itself: told on its own response, the webhook not told
-    told = News(webhook=False, told_seq=seq + 1)
-    assert agents.remove_promotion("a1", "acme", "orders", event, news=told,
+    # a demotion for an agent without a webhook: counted, not in the outbox; what an MCP client
+    # was told is marked apart, once its answer exists (outbox.mark_seen)
+    quiet = News(webhook=False)
+    assert agents.remove_promotion("a1", "acme", "orders", event, news=quiet,
                                    guard=DemotionGuard(lease_rev=state.lease_rev, last_used_at=used)) is True
     after = agents.load_state("a1")
-    assert (after.change_seq, after.mcp_seen_seq, after.promotions) == (seq + 1, seq + 1, ())
+    assert (after.change_seq, after.mcp_seen_seq, after.promotions) == (seq + 1, state.mcp_seen_seq, ())
     assert outbox.pending() == []
+    run(outbox.mark_seen, "a1", seq + 1)
+    assert agents.load_state("a1").mcp_seen_seq == seq + 1
     assert len(run(history.list_events, "a1", limit=10).items) == 2
     assert run(sweep.make_due, "a1", "acme", "orders", now, "idle") is False  # not promoted any more
     runs.start(new_run(5, runs.RUNNING), use_due_at=week)  # demoted meanwhile: the run starts, unmarked

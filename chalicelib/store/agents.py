@@ -13,13 +13,13 @@ from pynamodb.exceptions import DeleteError
 from pynamodb.transactions import TransactWrite
 
 from chalicelib.store import history
-from chalicelib.store.base import ConditionFailed, key_ok, page, transaction, update_if
+from chalicelib.store.base import ConditionFailed, key_ok, page, transaction, update_if, update_once_if
 from chalicelib.store.models import (
     AGENT_SK,
+    SHARDS,
     AgentPartitionItem,
     AgentSettingsItem,
     ApprovalItem,
-    SHARDS,
     PromotionItem,
     approval_sk,
     promotion_sk,
@@ -202,15 +202,19 @@ def remove_decision(agent_id: str, vendor: str, name: str) -> bool:
 
 def count_acquire(agent_id: str, day: str, limit: int) -> bool:
     """Count one publish by the agent on `day` (UTC date); False, and nothing counted, when the
-    agent has published `limit` already that day."""
+    agent has published `limit` already that day. Each step is idempotent (`update_once_if`), so
+    a lost answer never counts a publish twice."""
+    if limit <= 0:
+        return False
     item = AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK)
     same_day = (AgentSettingsItem.acquire_day == day) & (AgentSettingsItem.acquire_count < limit)
-    if update_if(item, [AgentSettingsItem.acquire_count.add(1)], same_day):
-        return True
     new_day = AgentSettingsItem.agent_id.exists() & (
         AgentSettingsItem.acquire_day.does_not_exist() | (AgentSettingsItem.acquire_day != day))
-    return limit > 0 and update_if(
-        item, [AgentSettingsItem.acquire_day.set(day), AgentSettingsItem.acquire_count.set(1)], new_day)
+    count = [AgentSettingsItem.acquire_count.add(1)]
+    start_day = [AgentSettingsItem.acquire_day.set(day), AgentSettingsItem.acquire_count.set(1)]
+    # the last step: another publish may have started the day between the first two
+    return any(update_once_if(item, actions, condition)
+               for actions, condition in ((count, same_day), (start_day, new_day), (count, same_day)))
 
 
 def decision_record(item: ApprovalItem) -> Approval:

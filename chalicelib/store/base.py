@@ -120,6 +120,19 @@ def update_if(item: Any, actions: list[Any], condition: Any) -> bool:
     return True
 
 
+def update_once_if(item: Any, actions: list[Any], condition: Any) -> bool:
+    """`update_if` as a one-item transaction, for a write that must not apply twice: its
+    idempotency token answers a retry after a lost answer with the first success (a plain
+    UpdateItem's retry would apply again, or fail the condition its first attempt made false).
+    Twice the write units of `update_if`."""
+    try:
+        with transaction() as write:
+            write.update(item, actions=actions, condition=condition)
+    except ConditionFailed:
+        return False
+    return True
+
+
 def encode_cursor(last_evaluated_key: dict[str, Any] | None) -> str | None:
     """An opaque cursor for a page's last key."""
     if not last_evaluated_key:

@@ -308,7 +308,8 @@ class RunsToSweep(GlobalSecondaryIndex["RunItem"]):
 
     class Meta:
         index_name = "to_sweep"
-        projection = IncludeProjection(["agent_id", "account_id", "status", "lease_expires_at", "unannounced"])
+        projection = IncludeProjection(["agent_id", "account_id", "status", "lease_expires_at", "unannounced",
+                                         "decided_by"])
 
     sweep_shard = UnicodeAttribute(hash_key=True)
     sweep_at = UTCDateTimeAttribute(range_key=True)

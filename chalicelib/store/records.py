@@ -166,6 +166,7 @@ class RunToSweep:
     status: str
     lease_expires_at: datetime
     unannounced: bool
+    decided_by: str | None = None  # a person approved it: its end is news
 
 
 @dataclass(frozen=True)

@@ -140,19 +140,19 @@ def deny(run: Run, approver: str, now: datetime, *, shape: dict[str, Any]) -> bo
                 also=_decision(run, DENY, approver, now, shape))
 
 
-def expire(run: Run, now: datetime, *, cutoff: datetime) -> bool:
+def expire(run: Run | RunToSweep, now: datetime, *, cutoff: datetime, announce: bool) -> bool:
     """End a run whose lease ran out by `cutoff` (a wait nobody decided, or a Lambda that died
-    mid-run) and was still in the status it was read in. A wait that ran out is announced."""
+    mid-run) and was still in the status it was read in; `announce` as for `finish`."""
     actions = [RunItem.status.set(EXPIRED), RunItem.updated_at.set(now), RunItem.pending_account_id.remove()]
     condition = (RunItem.status == run.status) & (RunItem.lease_expires_at <= cutoff)
-    return _end(run, actions, condition, now, announce=run.status == AWAITING)
+    return _end(run, actions, condition, now, announce=announce)
 
 
 def to_sweep(now: datetime) -> list[RunToSweep]:
     """Runs the sweep may have to act on now: live runs whose lease ended by `now`, ended runs
     whose news is still to hand over. SHARDS queries, whatever the fleet's size."""
     return [RunToSweep(item.run_id, item.agent_id, item.account_id, item.status, item.lease_expires_at,
-                       bool(item.unannounced))
+                       bool(item.unannounced), item.decided_by)
             for index in range(SHARDS) for item in RunItem.to_sweep.query(f"s{index}", RunItem.sweep_at <= now)]
 
 
@@ -163,7 +163,7 @@ def announced(run_id: str) -> bool:
                      RunItem.unannounced.exists())
 
 
-def _end(run: Run, actions: list[Any], condition: Any, now: datetime, *, announce: bool,
+def _end(run: Run | RunToSweep, actions: list[Any], condition: Any, now: datetime, *, announce: bool,
          also: ApprovalItem | None = None) -> bool:
     """The run's change and its lease released, atomically; it stays in `to_sweep` (at `now`)
     only when its end is news still to hand over."""
