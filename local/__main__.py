@@ -1,7 +1,8 @@
 """The local stack: `python -m local` runs Workset on this machine.
 
 It starts the embedded AWS emulator (moto server, DynamoDB and SQS) unless `AWS_ENDPOINT_URL`
-points elsewhere, creates the tables, loads the last snapshot, makes sure an account and its
+points elsewhere, creates the tables, restores them from the data folder (a snapshot and a
+write-ahead journal: local/journal.py), makes sure an account and its
 admin token exist, seeds a demo toolbox on first start, and serves the Chalice app on
 127.0.0.1 with a request handler that answers keep-alive clients without Nagle's delay.
 """
@@ -18,7 +19,6 @@ import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SNAPSHOT_SECONDS = 2.0
 
 
 def main() -> None:
@@ -40,13 +40,14 @@ def main() -> None:
     from chalicelib.store import tables, vault
     from local import demo, workers
     from local.http import Handler
-    from local.snapshot import KmsKeys, Snapshots
+    from local.journal import Journal
+    from local.keys import KmsKeys
 
-    names = tables.create_all()
+    tables.create_all()
     vault.ensure_key()
-    snapshots = Snapshots(data_dir / "snapshot.json", names) if moto_server else None
-    if snapshots:
-        snapshots.restore()
+    journal = Journal(data_dir, _dynamodb_backend()) if moto_server else None
+    if journal:
+        journal.restore()
         kms_keys = KmsKeys(data_dir / "kms-keys.json", os.environ["AWS_DEFAULT_REGION"])
         kms_keys.restore()
         kms_keys.save()
@@ -73,8 +74,8 @@ def main() -> None:
 
     stop = threading.Event()
     workers.start(stop, sweep_interval=args.sweep_interval)
-    if snapshots:
-        threading.Thread(target=_keep_saving, args=(snapshots, stop), daemon=True, name="snapshots").start()
+    if journal:
+        threading.Thread(target=_keep_compacting, args=(journal, stop), daemon=True, name="journal").start()
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
 
     base = f"http://{args.host}:{port}"
@@ -88,7 +89,7 @@ def main() -> None:
     print(f"  MCP endpoint   {base}/mcp", flush=True)
     print(f"  Admin API      {base}/v1   (Authorization: Bearer <admin token>)", flush=True)
     print(f"  Admin token    {token}", flush=True)
-    print(f"  Data           {data_dir}" + ("" if snapshots else f" (state lives at {os.environ['AWS_ENDPOINT_URL']})"),
+    print(f"  Data           {data_dir}" + ("" if journal else f" (state lives at {os.environ['AWS_ENDPOINT_URL']})"),
           flush=True)
     print(f"  Create an agent: curl -s -X POST {base}/v1/agents -H 'Authorization: Bearer {token}' "
           "-H 'Content-Type: application/json' -d '{\"name\": \"my-agent\"}'", flush=True)
@@ -99,8 +100,8 @@ def main() -> None:
         pass
     finally:
         stop.set()
-        if snapshots:
-            snapshots.save_if_changed()
+        if journal:
+            journal.close()
         vendor.shutdown()
         if moto_server:
             moto_server.stop()
@@ -111,7 +112,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     parser.add_argument("--data", default=os.environ.get("WORKSET_DATA_DIR", str(ROOT / ".workset")),
-                        help="folder for the snapshot and the admin token (default .workset/)")
+                        help="folder for the tables (snapshot and journal) and the admin token (default .workset/)")
     parser.add_argument("--demo-port", type=int, default=None,
                         help="port of the demo vendor API (default: the app's port + 1)")
     parser.add_argument("--no-demo", action="store_true", help="do not seed the demo toolbox")
@@ -129,7 +130,7 @@ def _fake_aws_environment() -> None:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
 
 
-def _start_moto():  # noqa: ANN202 - moto's server type is not part of its public API
+def _start_moto():
     from moto.server import ThreadedMotoServer
 
     from local import emulator
@@ -168,12 +169,25 @@ def _seed_demo(account_id: str, vendor_url: str) -> None:
     print(f"  Seeded a demo toolbox ({len(demo_tools(vendor_url))} tools calling {vendor_url})", flush=True)
 
 
-def _keep_saving(snapshots, stop: threading.Event) -> None:  # noqa: ANN001
-    while not stop.wait(SNAPSHOT_SECONDS):
-        try:
-            snapshots.save_if_changed()
-        except Exception as error:  # keep serving; say why the snapshot failed
-            print(f"snapshot failed: {error.__class__.__name__}: {error}", file=sys.stderr, flush=True)
+def _keep_compacting(journal, stop: threading.Event) -> None:
+    """Fold the journal into the snapshot now and then (every acknowledged write is already on disk)."""
+    from local.journal import COMPACT_SECONDS
+
+    while not stop.wait(COMPACT_SECONDS):
+        if journal.due():
+            try:
+                journal.compact()
+            except Exception as error:  # keep serving: the journal still holds every write
+                print(f"compacting the journal failed: {error.__class__.__name__}: {error}", file=sys.stderr,
+                      flush=True)
+
+
+def _dynamodb_backend():
+    """The embedded emulator's DynamoDB for this stack's account and region (same process)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    return dynamodb_backends[DEFAULT_ACCOUNT_ID][os.environ["AWS_DEFAULT_REGION"]]
 
 
 if __name__ == "__main__":

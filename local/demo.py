@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -96,8 +97,16 @@ class DemoVendor(BaseHTTPRequestHandler):
 
 
 def start_vendor(port: int) -> ThreadingHTTPServer:
-    """Serve the demo vendor on 127.0.0.1:`port` in a background thread."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), DemoVendor)
+    """Serve the demo vendor on 127.0.0.1:`port` in a background thread; on a free port instead
+    (said on the console) when that one is taken."""
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", port), DemoVendor)
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            raise
+        server = ThreadingHTTPServer(("127.0.0.1", 0), DemoVendor)
+        print(f"  The demo vendor's port {port} is taken; it serves on {server.server_address[1]} instead "
+              f"(demo tools seeded earlier still call port {port})", flush=True)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True, name="demo-vendor").start()
     return server

@@ -26,13 +26,19 @@ import inspect
 import json
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 TOKEN_WINDOW_SECONDS = 600.0
-WRITES = ("put_item", "update_item", "delete_item", "transact_write_items")
+WRITES = ("put_item", "update_item", "delete_item")  # one item each; transactions: _lean_transactions
 READS = ("get_item", "query", "scan")
 
+Record = tuple[str, dict[str, Any], dict[str, Any] | None]  # table, key, the item after a write (None: deleted)
+
 _lock = threading.RLock()
+_journal: Callable[[list[Record]], None] | None = None
+_in_transaction = threading.local()  # its own writes are recorded as one, when it commits
 _tokens: dict[tuple[str, str, str], tuple[str, float, Any]] = {}  # (account, region, token) -> (items, at, answer)
 _patched = False
 
@@ -50,6 +56,22 @@ def patch() -> None:
         _patched = True
 
 
+def record_to(journal: Callable[[list[Record]], None] | None) -> None:
+    """Hand every committed write, from now on, to `journal` (None: stop): one call per write or
+    per transaction, made inside the lock and before moto answers, with each touched item as it
+    now is (local/journal.py makes these durable)."""
+    global _journal
+    with _lock:
+        _journal = journal
+
+
+@contextmanager
+def locked() -> Iterator[None]:
+    """No read or write happens while this is held (a consistent copy of the tables)."""
+    with _lock:
+        yield
+
+
 def forget_tokens() -> None:
     """Drop every remembered token (a fresh emulator: each test starts with empty tables)."""
     with _lock:
@@ -59,14 +81,41 @@ def forget_tokens() -> None:
 def _serialise() -> None:
     from moto.dynamodb.models import DynamoDBBackend
 
-    for name in (*WRITES, *READS):
+    for name in READS:
         original = getattr(DynamoDBBackend, name)
 
-        def locked(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+        def serialised(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
             with _lock:
                 return __original(self, *args, **kwargs)
 
-        setattr(DynamoDBBackend, name, locked)
+        setattr(DynamoDBBackend, name, serialised)
+    for name in WRITES:
+        original = getattr(DynamoDBBackend, name)
+        parameters = inspect.signature(original)
+
+        def recorded(self: Any, *args: Any, __original: Any = original,
+                     __parameters: inspect.Signature = parameters, **kwargs: Any) -> Any:
+            with _lock:
+                answer = __original(self, *args, **kwargs)
+                if _journal is not None and not getattr(_in_transaction, "on", False):
+                    given = __parameters.bind(self, *args, **kwargs).arguments
+                    table = given["table_name"]
+                    key = given.get("key") or _key_of(self.get_table(table), given["item_attrs"])
+                    _journal([_record(self, table, key)])
+                return answer
+
+        setattr(DynamoDBBackend, name, recorded)
+
+
+def _key_of(table: Any, item: dict[str, Any]) -> dict[str, Any]:
+    names = [table.hash_key_attr] + ([table.range_key_attr] if table.range_key_attr else [])
+    return {name: item[name] for name in names}
+
+
+def _record(backend: Any, table: str, key: dict[str, Any]) -> Record:
+    """The item at `key` as it is now, in DynamoDB's wire JSON (None: there is none)."""
+    item = backend.get_item(table, key)
+    return table, key, item.to_json()["Attributes"] if item is not None else None
 
 
 def _partition_queries() -> None:
@@ -116,77 +165,87 @@ def _lean_transactions() -> None:
 
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
         # moto's DynamoDBBackend.transact_write_items (5.2), with a copy of each touched item
-        # where it copies each touched table
+        # where it copies each touched table; its writes are recorded as one, once it commits
         if len(transact_items) > 100:
             raise TooManyTransactionsException()
         before: dict[str, tuple[Any, Any, Any, Any]] = {}  # item identity -> (table, hash, range, copy or None)
-
-        def roll_back() -> None:
-            for table, hash_key, range_key, kept in before.values():
-                if kept is None:
-                    table.delete_item(hash_key, range_key)
-                elif range_key is None:
-                    table.items[hash_key] = kept
-                else:
-                    table.items[hash_key][range_key] = kept
-
+        written: list[tuple[str, dict[str, Any]]] = []  # table and key of each item written
         errors: list[tuple[Any, Any, Any]] = []
-        for item in transact_items:
-            original_item = None
-            if len(item) > 1:
-                raise TransactWriteSingleOpException
-            try:
-                op_type, op = next(iter(item.items()))
-                if op_type not in {"ConditionCheck", "Put", "Delete", "Update"}:
-                    raise ValueError("Unsupported transaction operation")
-                table_name = op["TableName"]
-                table = self.get_table(table_name)
-                if op_type == "Put":
-                    key = {table.hash_key_attr: op["Item"][table.hash_key_attr]}
-                    if table.range_key_attr is not None:
-                        key[table.range_key_attr] = op["Item"][table.range_key_attr]
-                else:
-                    key = op["Key"]
-                identity = f"{table_name} {dict(sorted(key.items()))}"
-                if identity in before:
-                    raise MultipleTransactionsException()
-                current = self.get_item(table_name, key)
-                range_key = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
-                before[identity] = (table, DynamoType(key[table.hash_key_attr]), range_key, copy.deepcopy(current))
-                names, values = op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
-                condition = op.get("ConditionExpression")
-                if condition is not None and not get_filter_expression(condition, names, values).expr(current):
-                    if op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" and current:
-                        original_item = current.to_json()["Attributes"]
-                    raise ConditionalCheckFailed(item=original_item)
-                expressions = {"condition_expression": condition, "expression_attribute_names": names,
-                               "expression_attribute_values": values}
-                if op_type == "Put":
-                    self.put_item(table_name, op["Item"], **expressions)
-                elif op_type == "Delete":
-                    self.delete_item(table_name, key, **expressions)
-                elif op_type == "Update":
-                    self.update_item(table_name, key, update_expression=op["UpdateExpression"], **expressions)
-                errors.append((None, None, None))
-            except (MultipleTransactionsException, MockValidationException):
-                roll_back()
-                raise
-            except ConditionalCheckFailed as error:
-                errors.append(("ConditionalCheckFailed", str(error.message), original_item))
-            except Exception as error:  # noqa: BLE001 - moto reports any other failure as a cancellation reason
-                errors.append((type(error).__name__, str(error), original_item))
+        _in_transaction.on = True
+        try:
+            for item in transact_items:
+                if len(item) > 1:
+                    raise TransactWriteSingleOpException
+                errors.append(apply(self, item, before, written))
+        except (MultipleTransactionsException, MockValidationException):
+            roll_back(before)
+            raise
+        finally:
+            _in_transaction.on = False
         if any(code is not None for code, _, _ in errors):
-            roll_back()
+            roll_back(before)
             raise TransactionCanceledException(errors)
+        if _journal is not None and written:
+            _journal([_record(self, table, key) for table, key in written])
+
+    def apply(self: Any, item: dict[str, Any], before: dict[str, Any],
+              written: list[tuple[str, dict[str, Any]]]) -> tuple[Any, Any, Any]:
+        """One item of the transaction: (None, None, None), or its cancellation reason."""
+        original_item = None
+        try:
+            op_type, op = next(iter(item.items()))
+            if op_type not in {"ConditionCheck", "Put", "Delete", "Update"}:
+                raise ValueError("Unsupported transaction operation")
+            table_name = op["TableName"]
+            table = self.get_table(table_name)
+            key = _key_of(table, op["Item"]) if op_type == "Put" else op["Key"]
+            identity = f"{table_name} {dict(sorted(key.items()))}"
+            if identity in before:
+                raise MultipleTransactionsException()
+            current = self.get_item(table_name, key)
+            range_key = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+            before[identity] = (table, DynamoType(key[table.hash_key_attr]), range_key, copy.deepcopy(current))
+            names, values = op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
+            condition = op.get("ConditionExpression")
+            if condition is not None and not get_filter_expression(condition, names, values).expr(current):
+                if op.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD" and current:
+                    original_item = current.to_json()["Attributes"]
+                raise ConditionalCheckFailed(item=original_item)
+            expressions = {"condition_expression": condition, "expression_attribute_names": names,
+                           "expression_attribute_values": values}
+            if op_type == "Put":
+                self.put_item(table_name, op["Item"], **expressions)
+            elif op_type == "Delete":
+                self.delete_item(table_name, key, **expressions)
+            elif op_type == "Update":
+                self.update_item(table_name, key, update_expression=op["UpdateExpression"], **expressions)
+            if op_type != "ConditionCheck":
+                written.append((table_name, key))
+            return None, None, None
+        except (MultipleTransactionsException, MockValidationException):
+            raise
+        except ConditionalCheckFailed as error:
+            return "ConditionalCheckFailed", str(error.message), original_item
+        except Exception as error:  # noqa: BLE001 - moto reports any other failure as a cancellation reason
+            return type(error).__name__, str(error), original_item
+
+    def roll_back(before: dict[str, tuple[Any, Any, Any, Any]]) -> None:
+        for table, hash_key, range_key, kept in before.values():
+            if kept is None:
+                table.delete_item(hash_key, range_key)
+            elif range_key is None:
+                table.items[hash_key] = kept
+            else:
+                table.items[hash_key][range_key] = kept
 
     original = DynamoDBBackend.transact_write_items
 
-    def locked(self: Any, transact_items: list[dict[str, Any]]) -> None:
+    def serialised(self: Any, transact_items: list[dict[str, Any]]) -> None:
         with _lock:
             return transact_write_items(self, transact_items)
 
-    locked.__wrapped__ = original  # type: ignore[attr-defined]
-    DynamoDBBackend.transact_write_items = locked
+    serialised.__wrapped__ = original  # type: ignore[attr-defined]
+    DynamoDBBackend.transact_write_items = serialised
 
 
 def _honour_request_tokens() -> None:
