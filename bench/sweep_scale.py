@@ -478,8 +478,8 @@ def report(fleets: list[Fleet], skipped: list[str], command: str, setting: str, 
                                         if fleet.demotion_seconds is not None else ""))
     for line in skipped:
         print(line)
-    print("  (moto walks and sorts the whole table for every Query and deep-copies it for every item of a "
-          "transaction: wall times here are moto's and grow with the fleet; DynamoDB's follow the calls)")
+    print("  (moto walks and sorts the whole table for every index Query: wall times here are moto's and "
+          "grow with the fleet; DynamoDB's follow the calls)")
 
     print("\n## Projection to 100,000 agents")
     nothing = [fleet.cases[0].total for fleet in fleets]
@@ -530,8 +530,8 @@ def report(fleets: list[Fleet], skipped: list[str], command: str, setting: str, 
             if case.note:
                 print(f"\\* {fleet.agents:,} agents, {case.label}: {case.note}.  ")
     print(f"{command.strip()}, {os.cpu_count()} cores, in-process moto. Calls counted with a botocore hook; wall "
-          f"times are moto's, which walks the whole table for every Query and copies it for every transaction, "
-          f"so they grow with the fleet where DynamoDB's would not.")
+          f"times are moto's, which walks the whole table for every index Query, so they grow with the fleet "
+          f"where DynamoDB's would not.")
 
 
 if __name__ == "__main__":

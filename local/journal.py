@@ -132,10 +132,31 @@ class Journal:
         if table not in self.backend.tables:
             return 0
         if item is None:
-            self.backend.delete_item(table, key)
+            self.backend.delete_item(table, _typed(key))
             return 0
-        self.backend.put_item(table, item)
+        self.backend.put_item(table, _typed(item))
         return 1
+
+
+def _typed(attributes: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Wire JSON as moto's own request parsing hands it to the backend: binary values (B, BS, and
+    inside M and L) as bytes, not base64 text, so a restored value compares equal to a written one."""
+    if attributes is None:
+        return None
+    return {name: _typed_value(value) for name, value in attributes.items()}
+
+
+def _typed_value(value: dict[str, Any]) -> dict[str, Any]:
+    (kind, inner), = value.items()
+    if kind == "B":
+        return {kind: base64.b64decode(inner) if isinstance(inner, str) else inner}
+    if kind == "BS":
+        return {kind: [base64.b64decode(part) if isinstance(part, str) else part for part in inner]}
+    if kind == "M":
+        return {kind: {name: _typed_value(part) for name, part in inner.items()}}
+    if kind == "L":
+        return {kind: [_typed_value(part) for part in inner]}
+    return value
 
 
 def _lines(path: Path) -> Iterator[list[Record]]:

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import socket
-import urllib.request
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import boto3
+import pytest
 
+from local.process import RunningStack
 from tests.conftest import Vendor
-from tests.e2e.conftest import ROOT, start_stack, stop_stack
+from tests.e2e.conftest import ADMIN_TOKEN, ROOT, Stack, start_stack, stop_stack
 
 
 def test_state_survives_a_restart(tmp_path: Path, vendor: Vendor) -> None:
@@ -145,3 +151,146 @@ def test_a_chunked_body_is_refused_before_it_is_read(stack) -> None:  # noqa: AN
     with socket.create_connection((host, int(port)), timeout=10) as raw:
         raw.sendall(b"POST /v1/agents HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
         assert raw.recv(4096).decode().startswith("HTTP/1.1 411")
+
+
+def _call(url: str, key: str, tool: str, arguments: dict) -> dict:
+    """tools/call over MCP; the response is the last message when notifications come first (SSE)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": tool, "arguments": arguments}}).encode()
+    request = urllib.request.Request(f"{url}/mcp", data=body, method="POST", headers={
+        "Authorization": f"Bearer {key}", "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        text = response.read().decode()
+        if response.headers.get("Content-Type", "").startswith("text/event-stream"):
+            text = [line for line in text.splitlines() if line.startswith("data: ")][-1].removeprefix("data: ")
+    return json.loads(text)
+
+
+def _promotion_books(stack: Stack, agent_id: str) -> tuple[int, list[str], int]:
+    """The agent's counted size, its working set's names, and its History's promotions minus demotions."""
+    size = stack.admin("GET", f"/v1/agents/{agent_id}")[1]["size"]
+    names = [item["name"] for item in stack.admin("GET", f"/v1/agents/{agent_id}/working-set")[1]["items"]]
+    events = stack.admin("GET", f"/v1/agents/{agent_id}/history?limit=100")[1]["items"]
+    actions = [event["action"] for event in events]
+    return size, names, actions.count("promoted") - actions.count("demoted")
+
+
+def test_acknowledged_writes_survive_kill_9(tmp_path: Path, vendor: Vendor) -> None:
+    # GIVEN a stack that acknowledged an agent, a connection (its secret is binary ciphertext), two
+    # tools using it, and over MCP with the agent's key two promotions and a demotion
+    first = start_stack(tmp_path)
+    try:
+        agent = first.new_agent()
+        status, connection = first.admin("POST", "/v1/connections",
+                                         {"vendor": "keep", "auth": {"type": "bearer", "token": "kill-9-survivor"}})
+        assert status == 201, connection
+        for name in ("me", "other"):
+            first.publish({"vendor": "keep", "name": name, "description": "A tool that must survive.",
+                           "input_schema": {"type": "object"}, "annotations": {"readOnlyHint": True},
+                           "connection": connection["id"], "request": {"method": "GET", "url": f"{vendor.url}/{name}"}})
+        for tool, name in (("promote", "me"), ("promote", "other"), ("demote", "other")):
+            answer = _call(first.url, agent["api_key"], tool, {"vendor": "keep", "name": name})
+            assert answer["result"]["isError"] is False, answer
+    finally:
+        # WHEN the process is killed at once (SIGKILL: no handler runs, nothing is compacted)
+        first.running.process.kill()
+        first.running.process.wait(timeout=30)  # reaped; a hang guard only
+    second = start_stack(tmp_path)
+    try:
+        # THEN the agent, the tool's version and the promotion are there after a restart
+        status, fetched = second.admin("GET", f"/v1/agents/{agent['id']}")
+        assert (status, fetched["name"]) == (200, agent["name"])
+        status, tool = second.admin("GET", "/v1/tools/keep/me")
+        assert (status, [v["version"] for v in tool["versions"]]) == (200, [1])
+        # AND the books agree: the size, the working set and History's promotions less demotions
+        size, names, net = _promotion_books(second, agent["id"])
+        assert names == ["me"]
+        assert size == len(names) == net
+        # AND the connection's secret still reaches the vendor
+        called = _rpc(second.url, agent["api_key"], "run_tool", {"vendor": "keep", "name": "me", "input": {}})
+        assert called["result"]["isError"] is False, called
+        assert vendor.received[-1]["headers"]["Authorization"] == "Bearer kill-9-survivor"
+    finally:
+        stop_stack(second)
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_stop_signal_ends_the_stack_with_everything_saved(tmp_path: Path, stop_signal: int) -> None:
+    # GIVEN a stack with an agent, a tool and a promotion
+    first = start_stack(tmp_path)
+    process = first.running.process
+    try:
+        agent = first.new_agent()
+        first.publish({"vendor": "keep", "name": "me", "description": "A tool.", "input_schema": {"type": "object"},
+                       "annotations": {"readOnlyHint": True},
+                       "request": {"method": "GET", "url": "http://127.0.0.1:9/x"}})
+        status, _ = first.admin("POST", f"/v1/agents/{agent['id']}/working-set", {"vendor": "keep", "name": "me"})
+        assert status == 201
+        # WHEN it is sent the signal a service manager (SIGTERM) or a person (Ctrl-C) sends
+        process.send_signal(stop_signal)
+        code = process.wait(timeout=30)  # a hang guard only: no claim about how long it takes
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    # THEN it ended by itself, cleanly, with every write folded into the snapshot
+    assert code == 0
+    assert agent["id"] in (tmp_path / "snapshot.json").read_text()
+    assert [path.stat().st_size for path in tmp_path.glob("journal-*.jsonl")] in ([], [0])
+    # AND a restart has the writes
+    second = start_stack(tmp_path)
+    try:
+        size, names, net = _promotion_books(second, agent["id"])
+        assert names == ["me"]
+        assert size == net == 1
+    finally:
+        stop_stack(second)
+
+
+def test_a_taken_demo_port_is_replaced_by_a_free_one(tmp_path: Path) -> None:
+    # GIVEN the port asked for the demo vendor is taken by another server
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # WHEN the stack starts with the demo (no --no-demo; local.process.start always passes it)
+        environment = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "WORKSET_"))}
+        environment.update(WORKSET_ADMIN_TOKEN=ADMIN_TOKEN, PYTHONUNBUFFERED="1")
+        child = subprocess.Popen(
+            [sys.executable, "-m", "local", "--port", "0", "--demo-port", str(port), "--data", str(tmp_path)],
+            cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        stack = Stack(RunningStack(url="", token=ADMIN_TOKEN, process=child))
+        try:
+            seen = _output_until_ready(child)
+            # THEN it is READY, and says which free port serves the demo vendor instead
+            assert seen[-1].startswith("READY "), "".join(seen)
+            stack.running.url = seen[-1].split()[1]
+            replaced = re.search(r"demo vendor's port (\d+) is taken; it serves on (\d+) instead", "".join(seen))
+            assert replaced is not None, "".join(seen)
+            assert int(replaced[1]) == port and int(replaced[2]) != port
+            # AND the demo vendor answers there, and the seeded demo tools call it there
+            with urllib.request.urlopen(f"http://127.0.0.1:{replaced[2]}/unleashed/sales-orders", timeout=10) as answer:
+                assert json.loads(answer.read())["orders"]
+            status, tool = stack.admin("GET", "/v1/tools/unleashed/list-sales-orders")
+            assert status == 200, tool
+            assert tool["versions"][-1]["request"]["url"].startswith(f"http://127.0.0.1:{replaced[2]}/")
+        finally:
+            stop_stack(stack)
+
+
+def _output_until_ready(child: subprocess.Popen) -> list[str]:
+    """The child's lines up to its READY line (or until it ends); the pipe is drained after."""
+    assert child.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = child.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if line.startswith("READY "):
+            threading.Thread(target=child.stdout.read, daemon=True).start()
+            break
+    return seen
