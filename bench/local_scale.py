@@ -190,6 +190,7 @@ def storm(url: str, agents: list[dict[str, Any]], tools: list[dict[str, Any]], c
           rng: random.Random) -> dict[str, Any]:
     """Phase 2: `clients` threads for `seconds`, mixed operations over the agents."""
     counts: Counter[str] = Counter()
+    latencies: dict[str, list[float]] = {kind: [] for kind in ("promote", "demote", "call", "find_tool")}
     lock = threading.Lock()
     deadline = time.monotonic() + seconds
 
@@ -205,10 +206,15 @@ def storm(url: str, agents: list[dict[str, Any]], tools: list[dict[str, Any]], c
             arguments = {"promote": ref, "demote": ref, "find_tool": {"query": local.choice(QUERIES)},
                          "call": {**ref, "input": {"q": "x"}}}[kind]
             try:
+                began = time.perf_counter()
                 ok, _ = mcp.mcp("run_tool" if kind == "call" else kind, arguments)
                 outcome = "answers" if ok else "errors"
-            except (OSError, http.client.HTTPException, ValueError):
+                with lock:
+                    latencies[kind].append(time.perf_counter() - began)
+            except (OSError, http.client.HTTPException, ValueError) as error:
                 outcome = "dropped"
+                with lock:
+                    counts[f"dropped: {type(error).__name__}"] += 1
                 mcp = Client(url, agent["api_key"])
             with lock:
                 counts[outcome] += 1
@@ -221,7 +227,9 @@ def storm(url: str, agents: list[dict[str, Any]], tools: list[dict[str, Any]], c
     for thread in threads:
         thread.join()
     elapsed = time.monotonic() - started
-    return {**counts, "seconds": elapsed, "per_second": (counts["answers"] + counts["errors"]) / elapsed}
+    medians = {f"{kind} median ms": round(statistics.median(values) * 1000, 1) for kind, values in latencies.items()
+               if values}
+    return {**counts, **medians, "seconds": elapsed, "per_second": (counts["answers"] + counts["errors"]) / elapsed}
 
 
 def books(url: str, agent: dict[str, Any]) -> tuple[int, set[str], set[str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -348,25 +349,33 @@ class _CachedIndex:
 
 
 _indexes: dict[str, _CachedIndex] = {}
+_building = threading.Lock()  # one build at a time: a burst of searches on a cold index waits for one
 
 
 def search(account_id: str, query: str, limit: int) -> list[Tool]:
     """Ranked tools for a query. A warm instance reuses its index while the toolbox is unchanged
-    (one read of the toolbox's revision); a publish anywhere moves the revision on."""
-    from chalicelib.search import VECTOR_VERSION, Document, SearchIndex  # numpy and models: see _publish
-
+    (one read of the toolbox's revision); a publish anywhere moves the revision on. Concurrent
+    searches on a stale index (the threaded local server) build it once, not once each."""
     revision = tool_store.toolbox_revision(account_id)
     cached = _indexes.get(account_id)
     if cached is None or cached.revision != revision:
-        tools = {f"{head.vendor}/{head.name}": _tool(head) for head in tool_store.list_heads(account_id)}
-        documents = [
-            Document(key=key, vendor=tool.spec.vendor, name=tool.spec.name, description=tool.spec.description,
-                     vector=tool.version.vector if tool.version.vector_version == VECTOR_VERSION else None)
-            for key, tool in tools.items()
-        ]
-        cached = _CachedIndex(revision, SearchIndex.build(documents), tools)
-        _indexes[account_id] = cached
+        with _building:
+            cached = _indexes.get(account_id)
+            if cached is None or cached.revision != revision:
+                cached = _indexes[account_id] = _build_index(account_id, revision)
     return [cached.tools[key] for key, _ in cached.index.search(query, limit)]
+
+
+def _build_index(account_id: str, revision: int) -> _CachedIndex:
+    from chalicelib.search import VECTOR_VERSION, Document, SearchIndex  # numpy and models: see _publish
+
+    tools = {f"{head.vendor}/{head.name}": _tool(head) for head in tool_store.list_heads(account_id)}
+    documents = [
+        Document(key=key, vendor=tool.spec.vendor, name=tool.spec.name, description=tool.spec.description,
+                 vector=tool.version.vector if tool.version.vector_version == VECTOR_VERSION else None)
+        for key, tool in tools.items()
+    ]
+    return _CachedIndex(revision, SearchIndex.build(documents), tools)
 
 
 def _tool(head: ToolVersion) -> Tool:

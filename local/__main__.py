@@ -39,7 +39,7 @@ def main() -> None:
     from chalicelib.clock import utcnow
     from chalicelib.store import tables, vault
     from local import demo, workers
-    from local.http import Handler
+    from local.http import Handler, Server
     from local.journal import Journal
     from local.keys import KmsKeys
 
@@ -68,8 +68,7 @@ def main() -> None:
 
     app.__class__ = LocalApp
     server = LocalDevServer(app, Config.create(chalice_stage="local", app_name="workset"), args.host,
-                            args.port, handler_cls=Handler)
-    server.server.daemon_threads = True
+                            args.port, handler_cls=Handler, server_cls=Server)
     port = server.server.server_address[1]
 
     stop = threading.Event()

@@ -1,14 +1,22 @@
-"""The local stack's HTTP request handler: Chalice's own, without Nagle's delay, and refusing a
-body over the size limit from its headers, before reading it (API Gateway caps bodies the same
-way in AWS)."""
+"""The local stack's HTTP server and request handler: Chalice's own, with room for many clients
+connecting at once, without Nagle's delay, and refusing a body over the size limit from its
+headers, before reading it (API Gateway caps bodies the same way in AWS)."""
 
 from __future__ import annotations
 
 import json
 
-from chalice.local import ChaliceRequestHandler
+from chalice.local import ChaliceRequestHandler, ThreadedHTTPServer
 
 from chalicelib.config import settings
+
+
+class Server(ThreadedHTTPServer):
+    """Chalice's threaded server, with a listen backlog for many clients connecting at once (the
+    standard library's 5 resets connections when 32 clients connect together)."""
+
+    request_queue_size = 128
+    daemon_threads = True
 
 
 class Handler(ChaliceRequestHandler):

@@ -12,10 +12,11 @@ real (never half a transaction).
   never acknowledged, and is dropped on replay.
 - **At start.** The snapshot is loaded, then every journal from its generation on is replayed in
   order, then the whole is compacted.
-- **Compaction** (every COMPACT_SECONDS while the journal grows, and at stop). Inside the lock, the
-  tables are copied and the journal moves on to generation N+1. Outside it, the snapshot of
-  generation N+1 is written and renamed into place, then the journals before N+1 are deleted. A
-  crash at any point leaves a snapshot and the journals that complete it.
+- **Compaction** (once the journal passes COMPACT_BYTES, checked every COMPACT_SECONDS, and at
+  stop). Inside the lock, the tables are copied and the journal moves on to generation N+1.
+  Outside it, the snapshot of generation N+1 is written and renamed into place, then the
+  journals before N+1 are deleted. A crash at any point leaves a snapshot and the journals that
+  complete it.
 
 Items are kept as DynamoDB's wire JSON (binary as base64), as moto's own `to_json` gives them
 (the binary values it keeps as bytes are encoded the same way).
@@ -36,8 +37,8 @@ from typing import Any
 from local import emulator
 
 FORMAT = 2
-COMPACT_SECONDS = 30.0
-COMPACT_BYTES = 8 * 1024 * 1024  # compact sooner when the journal grows past this
+COMPACT_SECONDS = 30.0  # how often the journal's size is looked at
+COMPACT_BYTES = 16 * 1024 * 1024
 
 Record = tuple[str, dict[str, Any], dict[str, Any] | None]  # table, key, item after the write (None: deleted)
 
@@ -83,8 +84,10 @@ class Journal:
         self._written += len(line)
 
     def due(self) -> bool:
-        """Whether a compaction is worth its cost now (the journal holds something)."""
-        return self._written > 0
+        """Whether a compaction is worth its cost now: it copies every table while no request is
+        served, so only once the journal has grown past COMPACT_BYTES (replaying a journal that
+        size at start takes a few seconds)."""
+        return self._written > COMPACT_BYTES
 
     def compact(self) -> None:
         """Fold the journal into a new snapshot (see the module's docstring)."""
