@@ -49,7 +49,8 @@ class DynamoCalls:
 OPERATIONS = [
     # (label, target from the issue; None where the issue sets none)
     ("tools/list (5 promoted)", 2),
-    ("promote", 3),
+    # issue 2 said 3; a 2025-11-25 client is marked told once its answer exists (issue 11): +1
+    ("promote", 4),
     ("demote", 3),
     ("first-class call of a promoted read tool", 4),  # issue 2 said 3; durable runs add the end write
     ("find_tool, warm instance", 2),
