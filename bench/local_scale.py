@@ -12,7 +12,8 @@ vendor on 127.0.0.1 in this process. Everything goes over HTTP, as a person's cl
    stack holds every tool and `--agents` agents with `--promotions` promotions each. "End" is the
    start's 50 tools published again under other names (the same descriptions, so the same
    embedding work), and the last agent's promotions and calls. The stack's resident memory
-   (VmRSS, and its peak, VmHWM) is read from /proc at the end. Goals: memory <= 1 GiB, each
+   (VmRSS, and its peak, VmHWM, of its process and its emulator's, summed) is read from /proc at
+   the end. Goals: memory <= 1 GiB, each
    median at the end <= 1.5x its median at the start.
 2. **Concurrency.** `--clients` threads, each with its own keep-alive connection, speak MCP
    (2025-11-25, JSON-RPC over POST /mcp) for `--seconds`, as 20 agents: promote, demote, a call
@@ -133,9 +134,27 @@ def timed(run: Any, items: list[Any]) -> float:
 
 
 def memory(pid: int) -> dict[str, float]:
-    """The process's resident memory now and at its peak, in MiB."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return {name: int(fields[name].split()[0]) / 1024 for name in ("VmRSS", "VmHWM")}
+    """The stack's resident memory now and at its peak, in MiB: its process and its children
+    (the AWS emulator runs in one), summed."""
+    total = {"VmRSS": 0.0, "VmHWM": 0.0}
+    for process in [pid, *_children(pid)]:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{process}/status").read_text().splitlines()
+                      if ":" in line)
+        for name in total:
+            total[name] += int(fields[name].split()[0]) / 1024
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:  # the field after the state is the parent's pid
+            found.append(int(stat.parent.name))
+    return found
 
 
 def grow(url: str, pid: int, tools: list[dict[str, Any]], agents: int, promotions: int, rng: random.Random,

@@ -1,22 +1,25 @@
 """The local stack: `python -m local` runs Workset on this machine.
 
-It starts the embedded AWS emulator (moto server, DynamoDB and SQS) unless `AWS_ENDPOINT_URL`
-points elsewhere, creates the tables, restores them from the data folder (a snapshot and a
-write-ahead journal: local/journal.py), makes sure an account and its
-admin token exist, seeds a demo toolbox on first start, and serves the Chalice app on
-127.0.0.1 with a request handler that answers keep-alive clients without Nagle's delay.
+It starts the embedded AWS emulator unless `AWS_ENDPOINT_URL` points elsewhere: moto's DynamoDB,
+SQS and KMS in a process of its own (local/aws.py), with the tables restored from the data folder
+(a snapshot and a write-ahead journal: local/journal.py). Then it creates any missing table, makes
+sure an account and its admin token exist, seeds a demo toolbox on first start, and serves the
+Chalice app on 127.0.0.1 with a request handler that answers keep-alive clients without Nagle's
+delay.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import secrets
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
+
+from local import environment
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,10 +28,10 @@ def main() -> None:
     args = _arguments()
     data_dir = Path(args.data).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    _fake_aws_environment()
-    moto_server = None
+    environment.prepare()
+    emulator = None
     if not os.environ.get("AWS_ENDPOINT_URL"):
-        moto_server = _start_moto()
+        emulator = _start_emulator(data_dir)
 
     # Only now may the app and the store be imported: they read the endpoint at import.
     from chalice.config import Config
@@ -40,17 +43,9 @@ def main() -> None:
     from chalicelib.store import tables, vault
     from local import demo, workers
     from local.http import Handler, Server
-    from local.journal import Journal
-    from local.keys import KmsKeys
 
     tables.create_all()
     vault.ensure_key()
-    journal = Journal(data_dir, _dynamodb_backend()) if moto_server else None
-    if journal:
-        journal.restore()
-        kms_keys = KmsKeys(data_dir / "kms-keys.json", os.environ["AWS_DEFAULT_REGION"])
-        kms_keys.restore()
-        kms_keys.save()
 
     token = _admin_token(data_dir)
     account_id = accounts.account_of_admin_token(token)
@@ -73,8 +68,6 @@ def main() -> None:
 
     stop = threading.Event()
     workers.start(stop, sweep_interval=args.sweep_interval)
-    if journal:
-        threading.Thread(target=_keep_compacting, args=(journal, stop), daemon=True, name="journal").start()
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
 
     base = f"http://{args.host}:{port}"
@@ -88,7 +81,7 @@ def main() -> None:
     print(f"  MCP endpoint   {base}/mcp", flush=True)
     print(f"  Admin API      {base}/v1   (Authorization: Bearer <admin token>)", flush=True)
     print(f"  Admin token    {token}", flush=True)
-    print(f"  Data           {data_dir}" + ("" if journal else f" (state lives at {os.environ['AWS_ENDPOINT_URL']})"),
+    print(f"  Data           {data_dir}" + ("" if emulator else f" (state lives at {os.environ['AWS_ENDPOINT_URL']})"),
           flush=True)
     print(f"  Create an agent: curl -s -X POST {base}/v1/agents -H 'Authorization: Bearer {token}' "
           "-H 'Content-Type: application/json' -d '{\"name\": \"my-agent\"}'", flush=True)
@@ -99,11 +92,9 @@ def main() -> None:
         pass
     finally:
         stop.set()
-        if journal:
-            journal.close()
         vendor.shutdown()
-        if moto_server:
-            moto_server.stop()
+        if emulator:
+            _stop(emulator)
 
 
 def _arguments() -> argparse.Namespace:
@@ -121,26 +112,27 @@ def _arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _fake_aws_environment() -> None:
-    """The local stack never needs real credentials; the stage allows private networks."""
-    os.environ.setdefault("WORKSET_STAGE", "local")
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+def _start_emulator(data_dir: Path) -> subprocess.Popen:
+    """The embedded AWS emulator in its own process (local/aws.py), once it has restored the
+    tables; its endpoint goes into AWS_ENDPOINT_URL for this process's clients."""
+    child = subprocess.Popen([sys.executable, "-m", "local.aws", str(data_dir)], cwd=ROOT,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    for line in child.stdout:
+        if line.startswith("AWS "):
+            os.environ["AWS_ENDPOINT_URL"] = line.split()[1]
+            threading.Thread(target=child.stdout.read, daemon=True).start()  # keep the pipe drained
+            return child
+    raise SystemExit(f"the AWS emulator did not start (exit code {child.wait()})")
 
 
-def _start_moto():
-    from moto.server import ThreadedMotoServer
-
-    from local import emulator
-
-    emulator.patch()  # atomic writes and idempotent transactions, as DynamoDB (local/emulator.py)
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    os.environ["AWS_ENDPOINT_URL"] = f"http://{host}:{port}"
-    return server
+def _stop(child: subprocess.Popen) -> None:
+    """Stop the emulator: it compacts its journal first."""
+    child.terminate()
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()  # every acknowledged write is in the journal already
 
 
 def _admin_token(data_dir: Path) -> str:
@@ -166,27 +158,6 @@ def _seed_demo(account_id: str, vendor_url: str) -> None:
     for definition in demo_tools(vendor_url):
         toolbox.publish(account_id, toolbox.parse_spec(definition), published_by="demo", now=utcnow())
     print(f"  Seeded a demo toolbox ({len(demo_tools(vendor_url))} tools calling {vendor_url})", flush=True)
-
-
-def _keep_compacting(journal, stop: threading.Event) -> None:
-    """Fold the journal into the snapshot now and then (every acknowledged write is already on disk)."""
-    from local.journal import COMPACT_SECONDS
-
-    while not stop.wait(COMPACT_SECONDS):
-        if journal.due():
-            try:
-                journal.compact()
-            except Exception as error:  # keep serving: the journal still holds every write
-                print(f"compacting the journal failed: {error.__class__.__name__}: {error}", file=sys.stderr,
-                      flush=True)
-
-
-def _dynamodb_backend():
-    """The embedded emulator's DynamoDB for this stack's account and region (same process)."""
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.dynamodb.models import dynamodb_backends
-
-    return dynamodb_backends[DEFAULT_ACCOUNT_ID][os.environ["AWS_DEFAULT_REGION"]]
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ class RunningStack:
     process: subprocess.Popen
 
     def stop(self) -> None:
-        """Stop it the way a person's Ctrl-C or a service manager would (it saves its snapshot)."""
+        """Stop it the way a person's Ctrl-C or a service manager would (it compacts its journal)."""
         self.process.terminate()
         try:
             self.process.wait(timeout=20)

@@ -1,0 +1,99 @@
+"""The embedded AWS emulator as a process of its own: `python -m local.aws DATA_DIR` (the local
+stack starts it; nobody needs to).
+
+moto serves DynamoDB, SQS and KMS here, patched to behave as DynamoDB does (local/emulator.py),
+with the tables kept durable in DATA_DIR (local/journal.py: a snapshot and a write-ahead journal)
+and the KMS keys beside them (local/keys.py). Its own process is its own interpreter lock: under
+many clients, moto's work (most of the stack's, by py-spy) runs on one core while the app runs
+on the other.
+
+It prints `AWS <endpoint>` once the tables are restored, then serves until SIGTERM or SIGINT,
+compacts the journal and exits. It dies with the process that started it (a `kill -9` of the
+stack must not leave it holding the data folder), and a second one on the same folder waits for
+the first to finish (a lock file).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+LOCK_FILE = "emulator.lock"
+
+
+def main() -> None:
+    data_dir = Path(sys.argv[1]).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _die_with_parent()
+    with (data_dir / LOCK_FILE).open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # an emulator still compacting this folder finishes first
+        serve(data_dir)
+
+
+def serve(data_dir: Path) -> None:
+    """Start moto on a free port, restore the tables, say where it is, serve until told to stop."""
+    from moto.server import ThreadedMotoServer
+
+    from local import emulator, environment
+
+    environment.prepare()
+    emulator.patch()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    os.environ["AWS_ENDPOINT_URL"] = f"http://{host}:{port}"
+
+    from chalicelib.store import tables, vault  # they read the endpoint at import
+    from local.journal import COMPACT_SECONDS, Journal
+    from local.keys import KmsKeys
+
+    tables.create_all()
+    vault.ensure_key()
+    journal = Journal(data_dir, _dynamodb_backend())
+    journal.restore()
+    keys = KmsKeys(data_dir / "kms-keys.json", os.environ["AWS_DEFAULT_REGION"])
+    keys.restore()
+    keys.save()
+
+    stop = threading.Event()
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signal_number, lambda *_: stop.set())
+    print(f"AWS {os.environ['AWS_ENDPOINT_URL']}", flush=True)
+    while not stop.wait(COMPACT_SECONDS):
+        if journal.due():
+            try:
+                journal.compact()
+            except Exception as error:  # keep serving: the journal still holds every write
+                print(f"compacting the journal failed: {error.__class__.__name__}: {error}", file=sys.stderr,
+                      flush=True)
+    journal.close()
+    server.stop()
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to send this process SIGTERM when the process that started it ends."""
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent ended before the request was made
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _dynamodb_backend() -> Any:
+    """moto's DynamoDB for this stack's account and region, in this process."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.dynamodb.models import dynamodb_backends
+
+    return dynamodb_backends[DEFAULT_ACCOUNT_ID][os.environ["AWS_DEFAULT_REGION"]]
+
+
+if __name__ == "__main__":
+    main()
