@@ -304,7 +304,9 @@ def main() -> None:
             consistent = [books(stack.url, agent) for agent in busy]
             after = memory(stack.process.pid)
         finally:
-            stack.stop()
+            stopping = time.perf_counter()
+            stack.stop()  # SIGTERM, as a service manager stops it: the journal is compacted first
+            stopped = time.perf_counter() - stopping
     print(f"Local stack at scale (`python bench/local_scale.py --tools {args.tools} --agents {args.agents} "
           f"--promotions {args.promotions} --clients {args.clients} --seconds {args.seconds:g}`)")
     print("| operation | median at start | median at end | end / start |")
@@ -313,6 +315,7 @@ def main() -> None:
         print(f"| {name} | {first:.1f} ms | {last:.1f} ms | {last / first:.2f}x |")
     print(f"| resident memory at the end of growth | {used['VmRSS']:.0f} MiB | peak {used['VmHWM']:.0f} MiB | |")
     print(f"| resident memory after the storm | {after['VmRSS']:.0f} MiB | peak {after['VmHWM']:.0f} MiB | |")
+    print(f"| SIGTERM to exit, with all of it saved | | {stopped:.1f} s | |")
     exact = sum(size == len(working) and working == replayed for size, working, replayed in consistent)
     print(f"Storm: {args.clients} clients over {len(busy)} agents for {load['seconds']:.0f} s: "
           f"{load.get('answers', 0)} answers, {load.get('errors', 0)} errors, {load.get('dropped', 0)} dropped, "
