@@ -98,10 +98,14 @@ def _contents(client: Any) -> dict[str, list[dict[str, Any]]]:
     return found
 
 
+def _journal_files(folder: Path) -> list[Path]:
+    """The folder's journals, oldest generation first."""
+    return sorted(folder.glob("journal-*.jsonl"), key=journal_module._generation)
+
+
 def _journal_lines(folder: Path) -> list[bytes]:
     """Every line of every journal in the folder, oldest journal first."""
-    paths = sorted(folder.glob("journal-*.jsonl"), key=lambda path: int(path.stem.removeprefix("journal-")))
-    return [line for path in paths for line in path.read_bytes().splitlines(keepends=True)]
+    return [line for path in _journal_files(folder) for line in path.read_bytes().splitlines(keepends=True)]
 
 
 def _key(pk: str, sk: str = "-") -> dict[str, Any]:
@@ -278,7 +282,7 @@ def test_a_torn_last_line_is_dropped_and_the_lines_before_it_kept(
     _put_a_and_b(dynamodb)
     acknowledged = _contents(dynamodb)
     _crash(first)
-    newest = max(tmp_path.glob("journal-*.jsonl"), key=lambda path: int(path.stem.removeprefix("journal-")))
+    newest = _journal_files(tmp_path)[-1]
     torn = json.dumps([[THINGS, _key("torn"), {**_key("torn"), "cipher": {"B": "AAAA"}}]]).encode()
     with newest.open("ab") as file:
         file.write(torn[: len(torn) // 2])
@@ -306,7 +310,7 @@ def test_a_transaction_torn_while_written_is_dropped_whole(
     _transaction(dynamodb)
     assert len(_journal_lines(tmp_path)) == len(lines) + 1  # the whole transaction is one line
     _crash(first)
-    newest = max(tmp_path.glob("journal-*.jsonl"), key=lambda path: int(path.stem.removeprefix("journal-")))
+    newest = _journal_files(tmp_path)[-1]
     data = newest.read_bytes()
     last = data.rstrip(b"\n").rfind(b"\n") + 1  # where the transaction's line starts
     newest.write_bytes(data[: last + (len(data) - last) // 2])
