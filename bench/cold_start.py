@@ -160,8 +160,9 @@ def _setup(tools: list[dict[str, Any]], vendor_url: str) -> tuple[str, dict[str,
             "annotations": {"readOnlyHint": True}, "request": {"method": "GET", "url": f"{vendor_url}/orders"},
         })
         vector = bytes.fromhex(tool["vector"]) if tool.get("vector") else None
-        tool_store.put_version(account.account_id, spec.vendor, spec.name, spec.model_dump(mode="json", exclude_none=True),
-                               accounts.ADMIN, now, previous=0, vector=vector, vector_version=tool.get("vector_version"))
+        new = tool_store.NewVersion(spec.vendor, spec.name, spec.model_dump(mode="json", exclude_none=True), 0,
+                                    vector, tool.get("vector_version"))
+        tool_store.put_version(account.account_id, new, accounts.ADMIN, now)
     return agent.api_key, tools[0]
 
 

@@ -32,6 +32,10 @@ CONSOLE_SECRET = "console-secret"
 # A failed read is tried again after this long, not on every request: an absent parameter costs
 # one SSM call per process per half minute, and one made later is picked up without a deploy.
 PARAMETER_RETRY_SECONDS = 30.0
+# An import's body may carry a whole OpenAPI document: up to what Lambda takes in a synchronous
+# request (6 MB; a larger document is imported by its `url`). Every other body keeps the setting.
+IMPORT_BODY_BYTES = 6 * 1024 * 1024
+IMPORT_PATHS = frozenset({"/v1/imports/openapi", "/console/import"})
 
 
 class MissingParameter(RuntimeError):
@@ -71,6 +75,11 @@ class StageParameters:
             value = str(answer["Parameter"]["Value"])
             self._values[key] = value
             return value
+
+
+def body_limit(path: str) -> int:
+    """The largest body a request to `path` may send."""
+    return IMPORT_BODY_BYTES if path in IMPORT_PATHS else settings().max_request_bytes
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,17 @@ class ToolNotFound(NotFound):
         super().__init__(f"no tool {vendor}/{name} in this toolbox; find_tool lists what exists")
 
 
+class ToolUnavailable(WorksetError):
+    """The tool is still in the toolbox, but its source no longer offers it (an imported
+    operation left the document, or an MCP server stopped listing the tool)."""
+
+    code = "tool_unavailable"
+    status = 410
+
+    def __init__(self, vendor: str, name: str, reason: str) -> None:
+        super().__init__(f"{vendor}/{name} cannot be called: {reason}; find_tool lists what can")
+
+
 class Conflict(WorksetError):
     """The write lost a race or contradicts the current state."""
 

@@ -217,7 +217,8 @@ def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
     called under (a run that did not wait was checked by `call` a moment ago)."""
     started, vendor_ms, sent = time.perf_counter(), None, False
     try:
-        if waited:
+        if waited:  # the tool as it stands now: its source may have withdrawn it meanwhile
+            toolbox.resolve(run.account_id, run.vendor, run.name).check_available()
             _check_scope(agent_store.load_state(run.agent_id), tool)
             toolbox.check_reach(run.account_id, tool)
         request, timeout = _prepare(run, tool)
@@ -345,7 +346,7 @@ def _prepare(run: Run, tool: Tool) -> tuple[vendor.Request, float]:
     does, so the run is never taken for abandoned. Nothing is sent."""
     credential = None
     if tool.spec.connection:
-        credential = connections.credential(run.account_id, tool.spec.connection, tool.spec.request.url)
+        credential = connections.credential(run.account_id, tool.spec.connection, tool.spec.url)
     budget = (run.lease_expires_at - utcnow()).total_seconds() - LEASE_SAFETY_SECONDS
     timeout = min(settings().vendor_timeout_seconds, budget)
     if timeout <= 0:
@@ -376,6 +377,7 @@ def _standing_decision(state: AgentState, tool: Tool) -> str | None:
 def _check_call(state: AgentState, tool: Tool, arguments: dict[str, Any]) -> None:
     """What refuses a call before it becomes a run: bad input, a connection outside the agent's
     scope, an agent-authored tool whose host no person allows (any longer)."""
+    tool.check_available()
     check_instance(tool.spec.input_schema, arguments)
     vendor.check_arguments(tool, arguments)
     _check_scope(state, tool)

@@ -4,8 +4,8 @@ then what exceeds its cap; never while it has a run in flight.
 Finding the work costs the same for 10 agents or 100,000: only promotions whose idle deadline
 has passed (the sharded `due` index), agents flagged for a whole review (the sparse
 `to_review` index: over the cap, settings changed, a connection revoked) and agents with an
-unannounced change (the sparse `outbox` index) are read: 3 x SHARDS = 12 queries when nothing
-is due. Each agent found costs one Query plus one transaction per demotion, so a sweep with D
+unannounced change (the sparse `outbox` index) are read, and the registered MCP servers (the
+sparse `upstreams` index, to sync them hourly): 4 x SHARDS = 16 queries when nothing is due. Each agent found costs one Query plus one transaction per demotion, so a sweep with D
 due demotions is O(D) (measured: 12 + 2 x D calls; bench/sweep_scale.py). More agents than
 one Lambda should handle go out in batches to workers (`dispatch`).
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from chalicelib import connections, log, notify, runs, toolbox
+from chalicelib import connections, imports, log, notify, runs, toolbox, upstreams
 from chalicelib.config import settings
 from chalicelib.store import agents as agent_store
 from chalicelib.store import queues
@@ -70,6 +70,8 @@ def run(now: datetime, *, account_id: str | None = None, dispatch: Dispatch | No
         # each step alone: a failing one is logged, and the rest of the rule still runs
         line["drained"] = _step(report, "drain", notify.drain, 0)  # changes a crash left unannounced
         report.runs = _step(report, "runs", lambda: runs.sweep_runs(now, account_id=account_id), {})
+        line["upstreams_queued"] = _step(report, "upstreams", lambda: upstreams.queue_due(now, account_id=account_id),
+                                         0)
         found = {**_step(report, "due", lambda: sweep_store.due_agents(now), {}),
                  **_step(report, "to_review", sweep_store.agents_to_review, {})}
         agent_ids = sorted(agent for agent, account in found.items() if account_id in (None, account))
@@ -89,12 +91,18 @@ def queue_dispatch(batches: list[list[str]]) -> None:
 
 
 def handle_message(body: str, now: datetime) -> None:
-    """One message of the work queue: a batch of a large sweep, or the end of a run its Lambda
-    could not record (`runs.DEFERRED_END`). Raises while it cannot be handled: SQS tries again,
+    """One message of the work queue: a batch of a large sweep, the end of a run its Lambda could
+    not record (`runs.DEFERRED_END`), a batch of imported tools' search vectors
+    (`imports.VECTORS`), or an MCP server to sync (`upstreams.SYNC`). Raises while it cannot be handled: SQS tries again,
     and parks it in the dead-letter queue after the last try."""
     message = json.loads(body)
-    if message.get("type") == runs.DEFERRED_END:
+    kind = message.get("type")
+    if kind == runs.DEFERRED_END:
         runs.record_deferred_end(message, now)
+    elif kind == imports.VECTORS:
+        imports.fill_vectors(message)
+    elif kind == upstreams.SYNC:
+        upstreams.handle_sync(message, now)
     else:
         handle_batch(message["agent_ids"], now)
 

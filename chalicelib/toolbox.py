@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from chalicelib import accounts, connections, hosts, outbound
 from chalicelib.config import settings
@@ -18,13 +19,16 @@ from chalicelib.errors import (
     ConnectionNotInScope,
     Forbidden,
     HostNotAllowed,
+    InvalidInput,
     QuotaExceeded,
     ToolNotFound,
+    ToolUnavailable,
 )
 from chalicelib.store import agents as agent_store
 from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed
 from chalicelib.store.records import AgentState, Page, ToolVersion
+from chalicelib.store.tools import NewVersion
 from chalicelib.validation import parse
 
 if TYPE_CHECKING:
@@ -32,7 +36,9 @@ if TYPE_CHECKING:
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,30}$"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
+MCP_METHOD = "tools/call"  # the request shape's method for an MCP server's tool
 PUBLISH_ATTEMPTS = 3
+INLINE_VECTORS = 64  # search vectors computed within one request (about 15 ms each); more go to the work queue
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]{0,63})\}")
 STRAY_BRACE = re.compile(r"[{}]")
 URL_SAFE = "/:@!$&'()*+,;=-._~%{}?"  # characters a URL's path and query keep as they are
@@ -49,14 +55,37 @@ class Annotations(BaseModel):
     openWorldHint: bool | None = None
 
 
+class Param(BaseModel):
+    """An input field sent as a query parameter or a header under its own name on the wire (an
+    array as `name=a&name=b` when `explode`, else `a,b`)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True, populate_by_name=True, serialize_by_alias=True)
+    field: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200)
+    in_: Literal["query", "header"] = Field(alias="in")
+    explode: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not re.fullmatch(r"[\x21-\x7e]+", value):
+            raise ValueError("a parameter's name is printable ASCII without spaces")
+        return value
+
+
 class RequestTemplate(BaseModel):
     """How a call becomes an HTTP request: `{field}` in the URL's path or query is filled from the
-    input. Whatever publishes must run, so everything a call would trip on is refused here."""
+    input; each of `params` sends a field as a query parameter or header; `body` names the field
+    whose value is the whole JSON body. The other fields form a JSON object body for POST, PUT
+    and PATCH (unless `body` is named) and go to the query string otherwise. Whatever publishes
+    must run, so everything a call would trip on is refused here."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
     method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
     url: str = Field(max_length=2000)
     headers: dict[str, str] = Field(default_factory=dict, max_length=50)
+    params: list[Param] = Field(default_factory=list, max_length=200)
+    body: str | None = Field(default=None, min_length=1, max_length=200)
 
     @field_validator("method", mode="before")
     @classmethod
@@ -68,7 +97,7 @@ class RequestTemplate(BaseModel):
     def _http_url(cls, value: str, info: ValidationInfo) -> str:
         if _stored(info):
             return value
-        return _checked_url(value)
+        return checked_url(value)
 
     @field_validator("headers")
     @classmethod
@@ -77,19 +106,31 @@ class RequestTemplate(BaseModel):
             return value
         seen: set[str] = set()
         for name, text in value.items():
-            lowered = name.lower()
-            if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", name):
-                raise ValueError(f"header {name!r} is not a valid HTTP header name")
-            if lowered in seen:
-                raise ValueError(f"header {name!r} is given twice")
-            seen.add(lowered)
-            if lowered == "authorization":
-                raise ValueError("credentials belong in a connection, not in the tool's headers")
-            if outbound.is_client_header(name):
-                raise ValueError(f"header {name!r} is set by Workset's HTTP client and cannot be templated")
-            if not re.fullmatch(r"[\x20-\x7e]{0,1000}", text):
+            _check_header_name(name, seen)
+            if not HEADER_VALUE.fullmatch(text):
                 raise ValueError(f"header {name!r}: a value is printable ASCII, at most 1000 characters")
         return value
+
+    @model_validator(mode="after")
+    def _distinct_params(self, info: ValidationInfo) -> RequestTemplate:
+        if _stored(info):
+            return self
+        headers = {name.lower() for name in self.headers}
+        for param in self.params:
+            if param.in_ == "header":
+                try:
+                    _check_header_name(param.name, headers)
+                except ValueError as error:
+                    raise ValueError(f"request.params: {error}") from None
+        return self
+
+    def header_names(self) -> list[str]:
+        """Every header the tool sets: its fixed headers and those its input fills."""
+        return [*self.headers, *(param.name for param in self.params if param.in_ == "header")]
+
+    def fields(self) -> list[str]:
+        """The input fields the request places by name: URL placeholders, params, the body."""
+        return [*self.placeholders(), *(param.field for param in self.params), *([self.body] if self.body else [])]
 
     def placeholders(self) -> list[str]:
         """The input fields the URL names, in order."""
@@ -104,12 +145,40 @@ class RequestTemplate(BaseModel):
         return PLACEHOLDER.sub(lambda match: values[match.group(1)], self.url)
 
 
+HEADER_VALUE = re.compile(r"[\x20-\x7e]{0,1000}")
+
+
+def _check_header_name(name: str, seen: set[str]) -> None:
+    """A header a tool may set (added to `seen`, lower case): a valid name, once, and neither a
+    credential nor one the HTTP client sets."""
+    lowered = name.lower()
+    if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", name):
+        raise ValueError(f"header {name!r} is not a valid HTTP header name")
+    if lowered in seen:
+        raise ValueError(f"header {name!r} is given twice")
+    seen.add(lowered)
+    if lowered == "authorization":
+        raise ValueError("credentials belong in a connection, not in the tool's headers")
+    if outbound.is_client_header(name):
+        raise ValueError(f"header {name!r} is set by Workset's HTTP client and cannot be templated")
+
+
+class UpstreamCall(BaseModel):
+    """A tool an MCP server serves: `tools/call` of its own name `tool` at the server's `url`.
+    Only syncing a registered upstream publishes these (`upstreams.py`)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    upstream: str = Field(pattern=NAME_PATTERN)
+    url: str = Field(max_length=2000)
+    tool: str = Field(min_length=1, max_length=128)
+
+
 def _stored(info: ValidationInfo) -> bool:
     """A stored definition was checked when it was published (and may predate newer checks)."""
     return bool((info.context or {}).get("stored"))
 
 
-def _checked_url(value: str) -> str:
+def checked_url(value: str) -> str:
     """An absolute http(s) URL that `http.client` can send: no spaces or control characters, no
     credentials or fragment, a valid port, placeholders only as `{field}` in the path or query;
     a non-ASCII host becomes its IDNA form and non-ASCII path or query text is percent-encoded."""
@@ -142,17 +211,26 @@ def _checked_url(value: str) -> str:
     return urlunsplit((parts.scheme, netloc, path, query, ""))
 
 
-class ToolSpec(BaseModel):
-    """A tool definition as an admin or an agent publishes it."""
+def _authoring_schema(schema: dict[str, Any]) -> None:
+    """The JSON Schema a person or an agent authors against: `request` is required (only syncing
+    an MCP server publishes a tool without one)."""
+    request = schema["properties"]["request"]
+    schema["properties"]["request"] = next(choice for choice in request.pop("anyOf") if "$ref" in choice)
+    schema["required"] = [*schema.get("required", []), "request"]
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+class ToolSpec(BaseModel):
+    """A tool definition as an admin or an agent publishes it, or as syncing an MCP server does."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True, json_schema_extra=_authoring_schema)
     vendor: str = Field(pattern=NAME_PATTERN)
     name: str = Field(pattern=NAME_PATTERN)
     description: str = Field(min_length=1, max_length=4000)
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None = None
     annotations: Annotations = Field(default_factory=Annotations)
-    request: RequestTemplate
+    request: RequestTemplate | None = None
+    upstream: SkipJsonSchema[UpstreamCall | None] = None
     connection: str | None = None
 
     @field_validator("input_schema", "output_schema")
@@ -167,6 +245,12 @@ class ToolSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ToolSpec:
+        if self.request is None and self.upstream is None:
+            raise ValueError("request: is required")
+        if self.request is not None and self.upstream is not None:
+            raise ValueError("upstream: a tool makes an HTTP request or calls an MCP server, not both")
+        if self.request is None:
+            return self
         if self.annotations.readOnlyHint and self.request.method not in SAFE_METHODS:
             raise ValueError(f"annotations.readOnlyHint: a {self.request.method} tool cannot be read-only")
         properties = self.input_schema.get("properties", {})
@@ -176,12 +260,28 @@ class ToolSpec(BaseModel):
                 raise ValueError(f"request.url: placeholder {{{field}}} is not a property of input_schema")
             if field not in required:
                 raise ValueError(f"request.url: placeholder {{{field}}} must be a required property of input_schema")
+        placed = self.request.fields()
+        for field in placed[len(self.request.placeholders()):]:
+            if field not in properties:
+                raise ValueError(f"request: field {field!r} is not a property of input_schema")
+        if len(set(placed)) < len(placed):
+            raise ValueError("request: each input field goes to one place (the path, one param, or the body)")
         return self
 
     @property
     def writes(self) -> bool:
         """A tool writes unless it is declared read-only."""
         return not self.annotations.readOnlyHint
+
+    @property
+    def url(self) -> str:
+        """Where a call goes: the vendor URL template, or the upstream MCP server."""
+        return self.upstream.url if self.upstream is not None else self.request.url  # type: ignore[union-attr]
+
+    @property
+    def header_names(self) -> list[str]:
+        """The headers the tool itself sets (an upstream tool sets none)."""
+        return self.request.header_names() if self.request is not None else []
 
 
 @dataclass(frozen=True)
@@ -196,9 +296,18 @@ class Tool:
         """(vendor, name)."""
         return (self.spec.vendor, self.spec.name)
 
+    def check_available(self) -> None:
+        """Raise ToolUnavailable when the tool's source no longer offers it."""
+        if self.version.unavailable:
+            raise ToolUnavailable(self.spec.vendor, self.spec.name, self.version.unavailable)
+
 
 def parse_spec(payload: Any) -> ToolSpec:
-    """Validate a tool definition; a bad one raises InvalidInput naming the field."""
+    """Validate a tool definition; a bad one raises InvalidInput naming the field. A tool of an
+    MCP server is published only by syncing the server, never by hand."""
+    if isinstance(payload, dict) and "upstream" in payload:
+        raise InvalidInput("upstream: a tool of an MCP server is published by registering the server "
+                           "(POST /v1/upstreams), not by hand", field="upstream")
     return parse(ToolSpec, payload)
 
 
@@ -207,8 +316,8 @@ def publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime) -
     a version of any tool). A named connection must belong to the account and vendor and admit
     the URL's host."""
     if spec.connection:
-        connections.check_usable(account_id, spec.connection, spec.vendor, spec.request.url, field="connection",
-                                 headers=spec.request.headers)
+        connections.check_usable(account_id, spec.connection, spec.vendor, spec.url, field="connection",
+                                 headers=spec.header_names)
     return _publish(account_id, spec, published_by, now)
 
 
@@ -222,10 +331,10 @@ def acquire(state: AgentState, spec: ToolSpec, now: datetime) -> Tool:
     if spec.connection:
         if not state.may_use(spec.connection):
             raise ConnectionNotInScope(f"connection {spec.connection} is not in this agent's scope", field="connection")
-        connections.check_usable(account_id, spec.connection, spec.vendor, spec.request.url, field="connection",
-                                 require_hosts=True, headers=spec.request.headers)
+        connections.check_usable(account_id, spec.connection, spec.vendor, spec.url, field="connection",
+                                 require_hosts=True, headers=spec.header_names)
     else:
-        _check_keyless_host(account_id, spec.request.url)
+        _check_keyless_host(account_id, spec.url)
     if not agent_store.count_acquire(agent_id, now.date().isoformat(), settings().acquire_per_day):
         raise QuotaExceeded(f"this agent has published {settings().acquire_per_day} tools or versions today, "
                             "its daily quota; a person can publish through the console or the admin API")
@@ -237,20 +346,31 @@ def check_reach(account_id: str, tool: Tool) -> None:
     hosts are checked when the credential is attached; a keyless host must be on the account's
     allow list); admin-published tools are not limited."""
     if accounts.is_agent(tool.version.published_by) and not tool.spec.connection:
-        _check_keyless_host(account_id, tool.spec.request.url)
+        _check_keyless_host(account_id, tool.spec.url)
 
 
 def request_shape(spec: ToolSpec) -> dict[str, Any]:
     """What an approval covers: the method, where the request goes (scheme, host, port, path and
-    query template), the headers it sets and the connection whose credential it carries. A version
-    that changes only the description, schemas or annotations keeps the shape."""
-    parts = urlsplit(spec.request.url)
-    return {
-        "method": spec.request.method, "scheme": parts.scheme, "host": parts.hostname,
+    query template), the headers it sets, the parameters and body its input fills, and the
+    connection whose credential it carries; for an MCP server's tool, the server and the tool's
+    own name. A version that changes only the description, schemas or annotations keeps the shape."""
+    parts = urlsplit(spec.url)
+    shape: dict[str, Any] = {
+        "method": MCP_METHOD if spec.upstream else spec.request.method,  # type: ignore[union-attr]
+        "scheme": parts.scheme, "host": parts.hostname,
         "port": parts.port or hosts.DEFAULT_PORTS[parts.scheme], "path": parts.path, "query": parts.query,
-        "headers": {name.lower(): value for name, value in sorted(spec.request.headers.items())},
-        "connection": spec.connection,
+        "headers": {}, "connection": spec.connection,
     }
+    if spec.upstream is not None:
+        return {**shape, "tool": spec.upstream.tool}
+    request = spec.request
+    assert request is not None
+    shape["headers"] = {name.lower(): value for name, value in sorted(request.headers.items())}
+    if request.params:  # only when used, so that earlier decisions keep matching the tools they were made for
+        shape["params"] = [f"{param.in_}:{param.name}" for param in request.params]
+    if request.body:
+        shape["body"] = request.body
+    return shape
 
 
 def shape_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -274,10 +394,8 @@ def _publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, 
             _check_owner(head, owner)  # again: the head may have moved since the first look
         previous = head.version if head else 0
         try:
-            version = tool_store.put_version(
-                account_id, spec.vendor, spec.name, definition, published_by, now, previous=previous,
-                vector=vector, vector_version=VECTOR_VERSION,
-            )
+            version = tool_store.put_version(account_id, NewVersion(spec.vendor, spec.name, definition, previous,
+                                                                    vector, VECTOR_VERSION), published_by, now)
         except ConditionFailed:
             continue  # another publish of this tool won; publish on top of it
         return Tool(version, spec)
@@ -367,12 +485,16 @@ def search(account_id: str, query: str, limit: int) -> list[Tool]:
 
 
 def _build_index(account_id: str, revision: int) -> _CachedIndex:
-    from chalicelib.search import VECTOR_VERSION, Document, SearchIndex  # numpy and models: see _publish
+    from chalicelib.search import PENDING, VECTOR_VERSION, Document, SearchIndex  # numpy and models: see _publish
 
     tools = {f"{head.vendor}/{head.name}": _tool(head) for head in tool_store.list_heads(account_id)}
+    current = {key: tool.version.vector for key, tool in tools.items() if tool.version.vector_version == VECTOR_VERSION}
+    # A few missing vectors are computed here; many (a large import whose vectors the work queue
+    # is still computing) would stall this search, so they rank without the sentence signal.
+    missing = PENDING if len(tools) - len(current) > INLINE_VECTORS else None
     documents = [
         Document(key=key, vendor=tool.spec.vendor, name=tool.spec.name, description=tool.spec.description,
-                 vector=tool.version.vector if tool.version.vector_version == VECTOR_VERSION else None)
+                 vector=current.get(key, missing))
         for key, tool in tools.items()
     ]
     return _CachedIndex(revision, SearchIndex.build(documents), tools)

@@ -4,7 +4,7 @@ connection's credential, preview or send it, and shape the vendor's answer."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlencode, urlsplit, urlunsplit
 
@@ -13,7 +13,7 @@ from chalicelib.config import settings
 from chalicelib.connections import Credential
 from chalicelib.errors import InvalidInput, VendorError, WorksetError
 from chalicelib.outbound import HttpRequest
-from chalicelib.toolbox import Tool
+from chalicelib.toolbox import HEADER_VALUE, Tool, UpstreamCall
 
 QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 ERROR_BODY_PREVIEW = 2000
@@ -31,6 +31,7 @@ class Outcome:
     status: str = "succeeded"
     run_id: str | None = None
     list_changed: bool = False  # the call changed the caller's working set
+    mcp: bool = False  # `structured` is an MCP server's own tool result (content, structuredContent), passed on
 
 
 @dataclass(frozen=True)
@@ -40,41 +41,81 @@ class Request:
 
     http: HttpRequest
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    upstream: UpstreamCall | None = None  # an MCP server's tool: `http` is its tools/call, for previews
+    arguments: dict[str, Any] = field(default_factory=dict, repr=False)  # what an upstream tool is called with
 
 
 def check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
     """Input the schema accepts but the request cannot carry: a path placeholder whose value is a
-    dot segment (`.`, `..`, however encoded) would move the request to another path."""
-    for name in tool.spec.request.path_placeholders():
+    dot segment (`.`, `..`, however encoded) would move the request to another path; a header
+    parameter's value must be printable ASCII on one line."""
+    template = tool.spec.request
+    if template is None:
+        return  # an MCP server's tool: the input travels as JSON
+    for name in template.path_placeholders():
         text = _scalar(arguments[name])
         decoded = text
         for _ in range(3):  # %2e, %252e, ...
             decoded = unquote(decoded)
         if {text, decoded} & DOT_SEGMENTS:
             raise InvalidInput(f"input.{name}: {text!r} is not allowed in the URL's path", field=f"input.{name}")
+    for param in template.params:
+        if param.in_ == "header" and param.field in arguments \
+                and not HEADER_VALUE.fullmatch(_joined(arguments[param.field])):
+            raise InvalidInput(f"input.{param.field}: a header's value is printable ASCII, at most 1000 characters",
+                               field=f"input.{param.field}")
 
 
 def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None = None) -> Request:
-    """Fill `{field}` placeholders in the URL (URL-encoded); the rest of the input goes to the
-    query string for GET/HEAD/DELETE and to a JSON body otherwise. The arguments passed
-    `check_arguments` when the call was made (a run's input never changes)."""
+    """The HTTP request a call sends: `{field}` placeholders in the URL filled (URL-encoded), each
+    param sent as its query parameter or header, the `body` field as the JSON body; the rest of
+    the input goes to a JSON object body for POST/PUT/PATCH without a `body` field, and to the
+    query string otherwise. An MCP server's tool becomes its `tools/call` message (what a preview
+    shows; `perform` sends it through the MCP client). The arguments passed `check_arguments`
+    when the call was made (a run's input never changes)."""
+    if tool.spec.upstream is not None:
+        return _upstream_request(tool.spec.upstream, arguments, credential)
     template = tool.spec.request
+    assert template is not None
     used = template.placeholders()
     url = template.fill({name: quote(_scalar(arguments[name]), safe="") for name in used})
-    rest = {key: value for key, value in arguments.items() if key not in used}
     headers = dict(template.headers)
+    query: list[tuple[str, str]] = []
+    for param in template.params:
+        if param.field not in arguments:
+            continue
+        if param.in_ == "header":
+            headers[param.name] = _joined(arguments[param.field])
+        else:
+            query += _query_pairs(param.name, arguments[param.field], explode=param.explode)
+    rest = {key: value for key, value in arguments.items() if key not in template.fields()}
     body: bytes | None = None
-    if template.method in QUERY_METHODS:
-        url = _with_query(url, rest)
-    else:
-        body = jsontext.dumps(rest).encode()
+    if template.body is not None and template.body in arguments:
+        body = jsontext.dumps(arguments[template.body]).encode()
+    elif template.body is None and template.method not in QUERY_METHODS:
+        body, rest = jsontext.dumps(rest).encode(), {}
+    if body is not None:
         headers["Content-Type"] = "application/json"
+    url = _with_query(url, query + [(key, _scalar(value)) for key, value in rest.items()])
     headers.setdefault("Accept", "application/json")
+    return _with_credential(HttpRequest(method=template.method, url=url, headers=headers, body=body), credential)
+
+
+def _upstream_request(call: UpstreamCall, arguments: dict[str, Any], credential: Credential | None) -> Request:
+    from chalicelib import mcpclient  # only upstream tools need the MCP client
+
+    message = mcpclient.tools_call_message(call.tool, arguments, None)
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    http = HttpRequest(method="POST", url=call.url, headers=headers, body=jsontext.dumps(message).encode())
+    return replace(_with_credential(http, credential), upstream=call, arguments=arguments)
+
+
+def _with_credential(http: HttpRequest, credential: Credential | None) -> Request:
     if credential is None:
-        return Request(HttpRequest(method=template.method, url=url, headers=headers, body=body))
-    headers = {name: value for name, value in headers.items() if name.lower() != credential.header.lower()}
+        return Request(http)
+    headers = {name: value for name, value in http.headers.items() if name.lower() != credential.header.lower()}
     headers[credential.header] = credential.value
-    return Request(HttpRequest(method=template.method, url=url, headers=headers, body=body), credential.secrets)
+    return Request(replace(http, headers=headers), credential.secrets)
 
 
 def preview(request: Request) -> Outcome:
@@ -89,16 +130,48 @@ def send(request: Request, *, timeout: float | None = None) -> Outcome:
     """Send the request within `timeout` (the vendor timeout by default); every failure becomes an
     error Outcome, and the credential never comes back in the answer."""
     config = settings()
+    timeout = config.vendor_timeout_seconds if timeout is None else timeout
     try:
-        response = outbound.send(
-            request.http,
-            timeout=config.vendor_timeout_seconds if timeout is None else timeout,
-            max_bytes=config.vendor_max_response_bytes,
-            allow_private=config.allow_private_network,
-        )
+        if request.upstream is not None:
+            return _upstream_answer(_call_upstream(request, timeout), request.secrets)
+        response = outbound.send(request.http, timeout=timeout, max_bytes=config.vendor_max_response_bytes,
+                                 allow_private=config.allow_private_network)
     except WorksetError as error:
-        return failure(error)
+        outcome = failure(error)  # an MCP server's error message could echo what it was sent
+        return replace(outcome, structured=redact(outcome.structured, request.secrets))
     return _answer(response, request.secrets)
+
+
+def _call_upstream(request: Request, timeout: float) -> dict[str, Any]:
+    from chalicelib import mcpclient
+
+    assert request.upstream is not None
+    config = settings()
+    credential = {name: value for name, value in request.http.headers.items()
+                  if name.lower() not in ("content-type", "accept")}
+    upstream = mcpclient.Upstream(url=request.upstream.url, headers=credential, timeout=timeout,
+                                  max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network)
+    return mcpclient.call_tool(upstream, request.upstream.tool, request.arguments)
+
+
+MCP_CONTENT_TYPES = frozenset({"text", "image", "audio", "resource_link", "resource"})
+
+
+def _upstream_answer(result: dict[str, Any], secrets: tuple[str, ...]) -> Outcome:
+    """An MCP server's tool result, passed on as it is (redacted) when it is one: content blocks
+    of the types MCP defines, structured content an object, isError a boolean."""
+    content, structured = result.get("content", []), result.get("structuredContent")
+    if not isinstance(content, list) or not all(isinstance(block, dict) and block.get("type") in MCP_CONTENT_TYPES
+                                                for block in content):
+        return failure(VendorError("the MCP server answered content that is not a list of MCP content blocks"))
+    if structured is not None and not isinstance(structured, dict):
+        return failure(VendorError("the MCP server answered structuredContent that is not an object"))
+    is_error = result.get("isError") is True
+    passed: dict[str, Any] = {"content": content}
+    if structured is not None:
+        passed["structuredContent"] = structured
+    return Outcome(structured=redact(passed, secrets), is_error=is_error, status="failed" if is_error else "succeeded",
+                   mcp=True)
 
 
 def perform(request: Request, *, dry_run: bool, read_only: bool, timeout: float | None = None) -> Outcome:
@@ -188,10 +261,21 @@ def _scalar(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _with_query(url: str, params: dict[str, Any]) -> str:
+def _joined(value: Any) -> str:
+    """A header's value: an array as `a,b`."""
+    return ",".join(map(_scalar, value)) if isinstance(value, list) else _scalar(value)
+
+
+def _query_pairs(name: str, value: Any, *, explode: bool) -> list[tuple[str, str]]:
+    if isinstance(value, list) and explode:
+        return [(name, _scalar(item)) for item in value]
+    return [(name, _joined(value))]
+
+
+def _with_query(url: str, params: list[tuple[str, str]]) -> str:
     if not params:
         return url
     parts = urlsplit(url)
-    extra = urlencode({key: _scalar(value) for key, value in params.items()})
+    extra = urlencode(params)
     query = f"{parts.query}&{extra}" if parts.query else extra
     return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))

@@ -72,11 +72,13 @@ def promoted_tools(state: AgentState) -> list[Tool]:
 
 def promote(state: AgentState, vendor: str, name: str, *, by: PromotedBy, actor: str, now: datetime,
             tool: Tool | None = None) -> Change:
-    """Put a tool in the working set; promoting a promoted tool changes nothing."""
+    """Put a tool in the working set; promoting a promoted tool changes nothing; a tool its source
+    no longer offers is refused (ToolUnavailable)."""
     tool = tool or toolbox.resolve(state.agent.account_id, vendor, name)
     size = len(state.promotions)
     if state.promotion(vendor, name) is not None:
         return Change(size=size, changed=False, tool=tool)
+    tool.check_available()
     event = HistoryEvent(vendor, name, action="promoted", cause=PROMOTION_CAUSES[by].value, actor=actor, at=now)
     promotion = Promotion(vendor, name, promoted_at=now, promoted_by=by.value)
     changed = agent_store.add_promotion(

@@ -5,10 +5,11 @@ headers, before reading it (API Gateway caps bodies the same way in AWS)."""
 from __future__ import annotations
 
 import json
+from urllib.parse import urlsplit
 
 from chalice.local import ChaliceRequestHandler, ThreadedHTTPServer
 
-from chalicelib.config import settings
+from chalicelib.config import body_limit
 
 
 class Server(ThreadedHTTPServer):
@@ -46,7 +47,7 @@ class Handler(ChaliceRequestHandler):
         declared = self.headers.get("content-length", "0").strip()
         if not declared.isascii() or not declared.isdigit():
             return 400, "invalid_input", "Content-Length must be a number of bytes"
-        limit = settings().max_request_bytes
+        limit = body_limit(urlsplit(self.path).path)
         if int(declared) > limit:
             return 413, "too_large", f"the body is larger than {limit} bytes"
         return None

@@ -1001,9 +1001,21 @@ def exercise_store() -> set[str]:
     from datetime import timedelta
 
     from chalicelib.clock import utcnow
-    from chalicelib.store import accounts, agents, connections, history, outbox, runs, sessions, sweep, tools, vault
+    from chalicelib.store import (
+        accounts,
+        agents,
+        connections,
+        history,
+        outbox,
+        runs,
+        sessions,
+        sweep,
+        tools,
+        upstreams,
+        vault,
+    )
     from chalicelib.store.agents import DemotionGuard, News
-    from chalicelib.store.records import Agent, Connection, HistoryEvent, Promotion, Run
+    from chalicelib.store.records import Agent, Connection, HistoryEvent, Promotion, Run, Upstream
 
     ran: set[str] = set()
 
@@ -1036,7 +1048,7 @@ def exercise_store() -> set[str]:
     run(agents.create_agent, agent, "key-hash", webhook_secret=sealed)
     run(agents.update_settings, "a1", {"name": "iris"})
     assert len(run(agents.list_agents, "acct", limit=10).items) == 1
-    run(tools.put_version, "acct", "acme", "orders", {"name": "orders"}, "admin", now, previous=0)
+    run(tools.put_version, "acct", tools.NewVersion("acme", "orders", {"name": "orders"}, 0), "admin", now)
     assert run(tools.get_head, "acct", "acme", "orders") is not None
     assert run(tools.get_version, "acct", "acme", "orders", 1).version == 1
     assert len(run(tools.get_heads, "acct", [("acme", "orders")])) == 1
@@ -1044,6 +1056,19 @@ def exercise_store() -> set[str]:
     assert len(run(tools.page_heads, "acct", limit=10).items) == 1
     assert len(run(tools.list_versions, "acct", "acme", "orders")) == 1
     assert run(tools.toolbox_revision, "acct") == 1
+    # Imports: batches of versions, marking heads unavailable, vectors filled in later, and the
+    # registered MCP servers beside the tools (the sparse `upstreams` index lists the fleet's).
+    run(tools.put_versions, "acct", [tools.NewVersion("acme", f"bulk-{n}", {"name": "bulk"}, 0) for n in range(2)],
+        "admin", now)
+    bulk = run(tools.list_vendor_heads, "acct", "acme")
+    assert [head.name for head in bulk] == ["bulk-0", "bulk-1", "orders"]
+    run(tools.set_unavailable, "acct", bulk[:2], "gone from the document")
+    run(tools.set_vectors, "acct", [(bulk[0], b"v" * 768)], "test-vectors")
+    run(upstreams.put, Upstream("acct", "docs", "https://mcp.acme.test/mcp", now))
+    assert run(upstreams.get, "acct", "docs").url == "https://mcp.acme.test/mcp"
+    assert [found.vendor for found in run(upstreams.list_all, "acct", limit=10).items] == ["docs"]
+    assert [found.vendor for found in run(upstreams.list_fleet)] == ["docs"]
+    run(upstreams.record_sync, "acct", "docs", now, {"ok": True}, "2025-11-25")
     week = now + timedelta(days=7)
     promotion = Promotion("acme", "orders", now, "a1")
     assert run(outbox.pending) == []

@@ -15,7 +15,7 @@ from typing import Any
 from chalice import Response
 
 from chalicelib import accounts, jsontext
-from chalicelib.config import settings
+from chalicelib.config import body_limit
 from chalicelib.errors import InvalidInput, TooLarge, WorksetError
 from chalicelib.responses import GuardedBlueprint, internal_error, json_response
 
@@ -59,8 +59,9 @@ def body() -> Any:
     raw = bp.current_request.raw_body
     if not raw:
         raise InvalidInput("the body must be a JSON object")
-    if len(raw) > settings().max_request_bytes:
-        raise TooLarge(f"the body is larger than {settings().max_request_bytes} bytes")
+    limit = body_limit(bp.current_request.path)
+    if len(raw) > limit:
+        raise TooLarge(f"the body is larger than {limit} bytes")
     try:
         return jsontext.loads(raw)
     except jsontext.JsonRefused as refused:

@@ -8,7 +8,17 @@ from typing import Any
 from chalicelib.accounts import Created
 from chalicelib.clock import iso
 from chalicelib.runs import ShapeChange
-from chalicelib.store.records import Agent, Approval, Connection, HistoryEvent, Page, Promotion, Run, ToolVersion
+from chalicelib.store.records import (
+    Agent,
+    Approval,
+    Connection,
+    HistoryEvent,
+    Page,
+    Promotion,
+    Run,
+    ToolVersion,
+    Upstream,
+)
 
 
 def agent(record: Agent) -> dict[str, Any]:
@@ -65,6 +75,22 @@ def tool_version(record: ToolVersion) -> dict[str, Any]:
         "version": record.version,
         "published_at": iso(record.published_at),
         "published_by": record.published_by,
+        **({"origin": record.origin} if record.origin else {}),
+        **({"unavailable": record.unavailable} if record.unavailable else {}),
+    }
+
+
+def upstream(record: Upstream) -> dict[str, Any]:
+    """A registered MCP server and how its last sync went."""
+    return {
+        "id": record.vendor,
+        "vendor": record.vendor,
+        "url": record.url,
+        "connection": record.connection_id,
+        "revision": record.revision,
+        "created_at": iso(record.created_at),
+        "synced_at": iso(record.synced_at) if record.synced_at else None,
+        "last_sync": record.sync,
     }
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from chalicelib import runs, toolbox, workingset
-from chalicelib.errors import ConnectionNotInScope
+from chalicelib.errors import ConnectionNotInScope, ToolUnavailable
 from chalicelib.vendor import Outcome
 from chalicelib.store.records import AgentState
 from chalicelib.toolbox import NAME_PATTERN, Tool, ToolSpec
@@ -129,7 +129,9 @@ def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
         "description": line if len(line) <= DESCRIPTION_LINE else line[: DESCRIPTION_LINE - 1] + "…",
         "available": True,
     }
-    if spec.connection and not state.may_use(spec.connection):
+    if tool.version.unavailable:
+        hit.update(available=False, reason=ToolUnavailable.code, unavailable=tool.version.unavailable)
+    elif spec.connection and not state.may_use(spec.connection):
         hit.update(available=False, reason=ConnectionNotInScope.code)
     return hit
 

@@ -218,7 +218,10 @@ def _unknown_tool(name: str, ref: tuple[str, str] | None) -> str:
 
 
 def _tool_result(outcome: Outcome) -> dict[str, Any]:
-    result = tasks.tool_result(outcome.structured, is_error=outcome.is_error)
+    if outcome.mcp:  # an MCP server's own result (content blocks, structured content), passed on
+        result = {**outcome.structured, "isError": outcome.is_error}
+    else:
+        result = tasks.tool_result(outcome.structured, is_error=outcome.is_error)
     if outcome.run_id is not None:
         result["_meta"] = {RUN_ID_META: outcome.run_id}
     return result

@@ -8,7 +8,8 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
   settings item carries `account_id`) lists an account's agents.
 - `tools`: one partition per account. `T#vendor#name` is the head (newest version, a copy of
   its definition, so one GetItem resolves a tool); `V#vendor#name#0000000001` are the immutable
-  versions. `account_id` + begins_with("T#") lists the toolbox.
+  versions. `account_id` + begins_with("T#") lists the toolbox. `U#vendor` is a registered MCP
+  server whose tools are that vendor's.
 - `history`: one partition per agent, sorted by event id (time first), append-only.
 - `runs`: one item per call, by run id; `by_agent` lists an agent's runs, the sparse
   `pending_by_account` lists what waits for a person.
@@ -33,7 +34,7 @@ from pynamodb.attributes import (
     UnicodeAttribute,
     UTCDateTimeAttribute,
 )
-from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
+from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
 from chalicelib.config import settings
@@ -45,6 +46,7 @@ HEAD_PREFIX = "T#"
 SESSION_PREFIX = "session#"
 SHARDS = 4  # partitions of each index the sweep reads: a sweep with nothing due makes 3 x SHARDS queries
 VERSION_PREFIX = "V#"
+UPSTREAM_PREFIX = "U#"
 
 
 def _meta(table: str) -> type:
@@ -236,6 +238,26 @@ class ApprovalItem(AgentPartitionItem, discriminator="approval"):
     shape = JSONAttribute(null=True)
 
 
+class _UpstreamsIndex(GlobalSecondaryIndex["Model"]):
+    """Every registered MCP server in the fleet, spread over SHARDS partitions: the hourly sync
+    reads only these (sparse: only an upstream item carries `upstream_shard`)."""
+
+    class Meta:
+        index_name = "upstreams"
+        projection = AllProjection()
+
+    upstream_shard = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+
+
+class _DeclaredUpstreams(_UpstreamsIndex):
+    """The index as the table declares it (the table is created from ToolboxItem)."""
+
+
+class UpstreamsByShard(_UpstreamsIndex):
+    """The index as UpstreamItem queries it."""
+
+
 class ToolboxItem(Model):
     """Every item of an account's toolbox partition."""
 
@@ -249,17 +271,46 @@ class ToolboxItem(Model):
     definition = JSONAttribute()
     published_at = UTCDateTimeAttribute()
     published_by = UnicodeAttribute()
-    # the search vector of this version (computed once at publish) and the recipe that made it
+    # the search vector of this version (computed once at publish, or soon after by the work
+    # queue for a large import) and the recipe that made it
     vector = BinaryAttribute(null=True, legacy_encoding=False)
     vector_version = UnicodeAttribute(null=True)
+    # where an imported tool came from: {"kind": "openapi", "operation": "GET /pets/{id}", ...}
+    # or {"kind": "mcp", "tool": "<the server's own name>"}; absent for a tool authored by hand
+    origin = JSONAttribute(null=True)
+    upstream_shard = UnicodeAttribute(null=True)  # never set on a tool: see UpstreamItem
+    upstreams = _DeclaredUpstreams()
 
 
 class ToolHeadItem(ToolboxItem, discriminator="head"):
-    """The newest version of a tool, copied so that one GetItem resolves it."""
+    """The newest version of a tool, copied so that one GetItem resolves it. `unavailable` says
+    why it can no longer be called (its operation left the imported document, or its MCP server
+    stopped listing it); a later import that brings it back clears it."""
+
+    unavailable = UnicodeAttribute(null=True)
 
 
 class ToolVersionItem(ToolboxItem, discriminator="version"):
     """One immutable version."""
+
+
+class UpstreamItem(Model):
+    """A registered MCP server, in its account's toolbox partition under `U#<vendor>`: its tools
+    are the vendor's tools (one server per vendor)."""
+
+    Meta = _meta("tools")
+    account_id = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    kind = UnicodeAttribute(default="upstream")
+    vendor = UnicodeAttribute()
+    url = UnicodeAttribute()
+    connection_id = UnicodeAttribute(null=True)
+    created_at = UTCDateTimeAttribute()
+    revision = UnicodeAttribute(null=True)  # the MCP revision it spoke at the last sync
+    synced_at = UTCDateTimeAttribute(null=True)
+    sync = JSONAttribute(null=True)  # the last sync's outcome: {"ok", "message"?, "counts"}
+    upstream_shard = UnicodeAttribute()
+    by_shard = UpstreamsByShard()
 
 
 class HistoryItem(Model):
@@ -403,6 +454,11 @@ def approval_sk(vendor: str, name: str) -> str:
 def head_sk(vendor: str, name: str) -> str:
     """Range key of a tool's head item."""
     return f"{HEAD_PREFIX}{vendor}#{name}"
+
+
+def upstream_sk(vendor: str) -> str:
+    """Range key of a registered MCP server."""
+    return f"{UPSTREAM_PREFIX}{vendor}"
 
 
 def version_sk(vendor: str, name: str, version: int) -> str:

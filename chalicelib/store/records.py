@@ -113,6 +113,22 @@ class ToolVersion:
     published_by: str
     vector: bytes | None = field(default=None, repr=False)
     vector_version: str | None = None
+    origin: dict[str, Any] | None = None  # where an imported tool came from
+    unavailable: str | None = None  # why the newest version can no longer be called
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """A registered MCP server whose tools are its vendor's tools."""
+
+    account_id: str
+    vendor: str
+    url: str
+    created_at: datetime
+    connection_id: str | None = None
+    revision: str | None = None
+    synced_at: datetime | None = None
+    sync: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
 
-from chalicelib.store.base import key_ok, page, transaction
+from chalicelib.store.base import ConditionFailed, key_ok, page, transaction
 from chalicelib.store.models import (
     HEAD_PREFIX,
     VERSION_PREFIX,
@@ -62,6 +64,13 @@ def page_heads(account_id: str, *, limit: int, cursor: str | None = None) -> Pag
                 range_key_condition=ToolboxItem.sk.startswith(HEAD_PREFIX))
 
 
+def list_vendor_heads(account_id: str, vendor: str) -> list[ToolVersion]:
+    """Every tool of one vendor at its newest version."""
+    if not key_ok(account_id, head_sk(vendor, "")):
+        return []
+    return [_record(item) for item in ToolHeadItem.query(account_id, ToolboxItem.sk.startswith(head_sk(vendor, "")))]
+
+
 def list_versions(account_id: str, vendor: str, name: str) -> list[ToolVersion]:
     """Every version of one tool, oldest first."""
     if not key_ok(account_id, version_sk(vendor, name, 0)):
@@ -76,35 +85,128 @@ def toolbox_revision(account_id: str) -> int:
     return int(item.toolbox_revision or 0)
 
 
-def put_version(
-    account_id: str, vendor: str, name: str, definition: dict[str, Any], published_by: str, now: datetime,
-    *, previous: int, vector: bytes | None = None, vector_version: str | None = None,
-) -> ToolVersion:
-    """Publish version `previous + 1` and make it the head, atomically.
+@dataclass(frozen=True)
+class NewVersion:
+    """A tool's next version: `previous` is the version it follows (0 for a new tool)."""
+
+    vendor: str
+    name: str
+    definition: dict[str, Any]
+    previous: int
+    vector: bytes | None = field(default=None, repr=False)
+    vector_version: str | None = None
+    origin: dict[str, Any] | None = None
+
+
+# A transaction holds at most 100 actions and 4 MB: a batch of tools (two items each) and the
+# account's revision stays within both.
+BATCH_TOOLS = 49
+BATCH_BYTES = 3_500_000
+
+
+def put_version(account_id: str, new: NewVersion, published_by: str, now: datetime) -> ToolVersion:
+    """Publish version `new.previous + 1` and make it the head, atomically.
 
     Raises `ConditionFailed` when another publish of the same tool got there first.
     """
-    version = previous + 1
-    fields = dict(
-        account_id=account_id, vendor=vendor, name=name, version=version, definition=definition,
-        published_at=now, published_by=published_by, vector=vector, vector_version=vector_version,
-    )
-    head_condition = (
-        ToolboxItem.sk.does_not_exist() if previous == 0 else ToolboxItem.version == previous
-    )
+    (published,) = put_versions(account_id, [new], published_by, now)
+    return published
+
+
+def put_versions(account_id: str, versions: Sequence[NewVersion], published_by: str,
+                 now: datetime) -> list[ToolVersion]:
+    """Publish several tools' next versions: one transaction per batch of up to BATCH_TOOLS tools,
+    each also moving the toolbox's revision. Raises `ConditionFailed` when another publish of a
+    tool in a batch got there first: that batch wrote nothing (earlier batches stand)."""
+    published = []
+    for batch in _batches(versions, lambda new: 2 * len(json.dumps(new.definition)) + 2 * len(new.vector or b"")):
+        with transaction() as write:
+            for new in batch:
+                record = ToolVersion(new.vendor, new.name, new.previous + 1, new.definition, published_at=now,
+                                     published_by=published_by, vector=new.vector, vector_version=new.vector_version,
+                                     origin=new.origin)
+                fields = _fields(account_id, record)
+                write.save(ToolVersionItem(sk=version_sk(new.vendor, new.name, record.version), **fields),
+                           condition=ToolboxItem.sk.does_not_exist())
+                write.save(ToolHeadItem(sk=head_sk(new.vendor, new.name), **fields),
+                           condition=ToolboxItem.sk.does_not_exist() if new.previous == 0
+                           else ToolboxItem.version == new.previous)
+                published.append(record)
+            _move_revision(write, account_id)
+    return published
+
+
+def set_unavailable(account_id: str, heads: Sequence[ToolVersion], reason: str | None) -> None:
+    """Mark tools unavailable for `reason`, or available again (None), each only while its head
+    is still the version given; one transaction per batch, each moving the revision. Raises
+    `ConditionFailed` when a head moved on: that batch wrote nothing."""
+    action = ToolHeadItem.unavailable.set(reason) if reason is not None else ToolHeadItem.unavailable.remove()
+    for batch in _batches(heads, lambda head: 0, tools=2 * BATCH_TOOLS):
+        with transaction() as write:
+            for head in batch:
+                write.update(ToolHeadItem(account_id=account_id, sk=head_sk(head.vendor, head.name)),
+                             actions=[action], condition=ToolboxItem.version == head.version)
+            _move_revision(write, account_id)
+
+
+def set_vectors(account_id: str, vectors: Sequence[tuple[ToolVersion, bytes]], vector_version: str) -> None:
+    """Store search vectors computed after their versions were published: on each version, and on
+    its head while the head is still that version (a newer head carries its own). One transaction
+    per batch for the versions and one for the heads, each moving the revision so that warm
+    search indexes take the vectors up."""
+    for batch in _batches(vectors, lambda pair: 0, tools=2 * BATCH_TOOLS):
+        with transaction() as write:
+            for version, vector in batch:
+                write.update(ToolVersionItem(account_id=account_id,
+                                             sk=version_sk(version.vendor, version.name, version.version)),
+                             actions=_vector_actions(vector, vector_version), condition=ToolboxItem.sk.exists())
+            _move_revision(write, account_id)
+        try:
+            _set_head_vectors(account_id, batch, vector_version)
+        except ConditionFailed:  # some heads moved on: the others one by one
+            for pair in batch:
+                try:
+                    _set_head_vectors(account_id, [pair], vector_version)
+                except ConditionFailed:
+                    pass
+
+
+def _set_head_vectors(account_id: str, pairs: Sequence[tuple[ToolVersion, bytes]], vector_version: str) -> None:
     with transaction() as write:
-        write.save(
-            ToolVersionItem(sk=version_sk(vendor, name, version), **fields),
-            condition=ToolboxItem.sk.does_not_exist(),
-        )
-        write.save(ToolHeadItem(sk=head_sk(vendor, name), **fields), condition=head_condition)
-        write.update(
-            AccountItem(account_id=account_id),
-            actions=[AccountItem.toolbox_revision.add(1)],
-            condition=AccountItem.account_id.exists(),
-        )
-    return ToolVersion(vendor, name, version, definition, published_at=now, published_by=published_by,
-                       vector=vector, vector_version=vector_version)
+        for version, vector in pairs:
+            write.update(ToolHeadItem(account_id=account_id, sk=head_sk(version.vendor, version.name)),
+                         actions=_vector_actions(vector, vector_version),
+                         condition=ToolboxItem.version == version.version)
+        _move_revision(write, account_id)
+
+
+def _vector_actions(vector: bytes, vector_version: str) -> list[Any]:
+    return [ToolboxItem.vector.set(vector), ToolboxItem.vector_version.set(vector_version)]
+
+
+def _move_revision(write: Any, account_id: str) -> None:
+    write.update(AccountItem(account_id=account_id), actions=[AccountItem.toolbox_revision.add(1)],
+                 condition=AccountItem.account_id.exists())
+
+
+def _batches(items: Sequence[Any], size: Any, *, tools: int = BATCH_TOOLS) -> Iterator[list[Any]]:
+    """Consecutive runs of at most `tools` items and BATCH_BYTES of `size(item)`."""
+    batch: list[Any] = []
+    total = 0
+    for item in items:
+        if batch and (len(batch) == tools or total + size(item) > BATCH_BYTES):
+            yield batch
+            batch, total = [], 0
+        batch.append(item)
+        total += size(item)
+    if batch:
+        yield batch
+
+
+def _fields(account_id: str, record: ToolVersion) -> dict[str, Any]:
+    return dict(account_id=account_id, vendor=record.vendor, name=record.name, version=record.version,
+                definition=record.definition, published_at=record.published_at, published_by=record.published_by,
+                vector=record.vector, vector_version=record.vector_version, origin=record.origin)
 
 
 def _record(item: ToolboxItem) -> ToolVersion:
@@ -117,4 +219,6 @@ def _record(item: ToolboxItem) -> ToolVersion:
         published_by=item.published_by,
         vector=bytes(item.vector) if item.vector else None,
         vector_version=item.vector_version,
+        origin=item.origin,
+        unavailable=getattr(item, "unavailable", None),
     )

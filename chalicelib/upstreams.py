@@ -1,0 +1,187 @@
+"""MCP servers as vendors: register a remote MCP server (Streamable HTTP) under a vendor, and its
+tools become that vendor's toolbox tools (`vendor__name`), version by version (`imports.apply`).
+
+A sync reads the server's whole `tools/list` through the outbound guard, with the connection's
+credential: at registration, when an admin or a person asks, and once an hour from the sweep
+(through the work queue, one message per server). A call of such a tool sends `tools/call` to
+the server (`vendor.build`, `mcpclient.call_tool`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from chalicelib import connections, imports, log, mcpclient
+from chalicelib.config import settings
+from chalicelib.errors import Conflict, NotFound, WorksetError
+from chalicelib.imports import MCP, Candidate, Report
+from chalicelib.store import queues
+from chalicelib.store import upstreams as upstream_store
+from chalicelib.store.records import Page, Upstream
+from chalicelib.toolbox import NAME_PATTERN, checked_url
+from chalicelib.validation import parse
+
+SYNC = "sync_upstream"  # the work queue message that syncs one server
+SYNC_EVERY = timedelta(hours=1)
+SYNCED_BY = "sweep"  # who published the versions an hourly sync brings (never an agent)
+NAME_CHARS = 31
+_NOT_SLUG = re.compile(r"[^a-z0-9]+")
+_MCP_NAME = re.compile(r"[\x21-\x7e]{1,128}")  # what Workset passes back as the server's own tool name
+_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+class NewUpstream(BaseModel):
+    """`POST /v1/upstreams`: the vendor its tools belong to, the server's MCP endpoint, and the
+    connection whose credential every request to it carries."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    vendor: str = Field(pattern=NAME_PATTERN)
+    url: str = Field(max_length=2000)
+    connection: str | None = Field(default=None, max_length=64)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if "{" in value or "}" in value:
+            raise ValueError("must be the server's MCP endpoint, without placeholders")
+        return checked_url(value)
+
+
+def register(account_id: str, payload: Any, published_by: str, now: datetime) -> tuple[Upstream, Report]:
+    """Register a server and publish its tools; the server is read first, so one that cannot be
+    reached (or a vendor that has a server already) registers nothing."""
+    request = parse(NewUpstream, payload)
+    if request.connection:
+        connections.check_usable(account_id, request.connection, request.vendor, request.url, field="connection")
+    if upstream_store.get(account_id, request.vendor) is not None:
+        raise Conflict(f"vendor {request.vendor} has an MCP server already; sync it, or choose another vendor",
+                       field="vendor")
+    upstream = Upstream(account_id, request.vendor, request.url, now, connection_id=request.connection)
+    revision, tools = _list_tools(upstream)
+    if not upstream_store.put(upstream):
+        raise Conflict(f"vendor {request.vendor} has an MCP server already", field="vendor")
+    return upstream, _publish(upstream, revision, tools, published_by, now)
+
+
+def sync(account_id: str, vendor: str, published_by: str, now: datetime) -> Report:
+    """Read the server again: new versions for changed tools, unavailable for tools it dropped.
+    A failure is remembered on the server (`GET /v1/upstreams` shows it) and raised."""
+    upstream = get(account_id, vendor)
+    try:
+        revision, tools = _list_tools(upstream)
+    except WorksetError as error:
+        upstream_store.record_sync(account_id, vendor, now, {"ok": False, "message": error.message}, None)
+        raise
+    return _publish(upstream, revision, tools, published_by, now)
+
+
+def get(account_id: str, vendor: str) -> Upstream:
+    """The vendor's server; NotFound when it has none."""
+    found = upstream_store.get(account_id, vendor)
+    if found is None:
+        raise NotFound(f"no MCP server registered for vendor {vendor}")
+    return found
+
+
+def list_all(account_id: str, *, limit: int, cursor: str | None) -> Page:
+    """The account's servers with how their last sync went."""
+    return upstream_store.list_all(account_id, limit=limit, cursor=cursor)
+
+
+def queue_due(now: datetime, *, account_id: str | None = None) -> int:
+    """The sweep's part: hand every server (of the fleet, or of `account_id`) not synced for
+    SYNC_EVERY to the work queue (a sync waits on the server, so it never runs in the sweep
+    itself). Answers how many were queued."""
+    due = [{"type": SYNC, "account_id": upstream.account_id, "vendor": upstream.vendor}
+           for upstream in upstream_store.list_fleet() if account_id in (None, upstream.account_id)
+           and (upstream.synced_at is None or upstream.synced_at <= now - SYNC_EVERY)]
+    if due:
+        queues.send(settings().sweep_queue, due)
+    return len(due)
+
+
+def handle_sync(message: dict[str, Any], now: datetime) -> None:
+    """A work queue message: sync one server. A server that fails is remembered as failed and
+    tried again an hour later, not retried by the queue."""
+    try:
+        sync(str(message["account_id"]), str(message["vendor"]), SYNCED_BY, now)
+    except (NotFound, WorksetError) as error:
+        log.event("upstream.sync_failed", account_id=message.get("account_id"), vendor=message.get("vendor"),
+                  error_code=error.code)
+
+
+def candidates(upstream: Upstream, tools: list[Any], keep_names: dict[str, str]) -> list[Candidate]:
+    """A candidate per tool the server lists: its own name kept for `tools/call`, a Workset name
+    slugged from it, its schemas and hints; a tool Workset cannot pass on is skipped, with why."""
+    taken = set(keep_names.values())
+    found = []
+    for index, tool in enumerate(tools):
+        own = tool.get("name") if isinstance(tool, dict) else None
+        if not isinstance(own, str) or not _MCP_NAME.fullmatch(own):
+            found.append(Candidate(f"#{index}", f"tool-{index}", None, "the server listed a tool without a valid name"))
+            continue
+        name = keep_names.get(own) or _unique(_slug(own), own, taken)
+        taken.add(name)
+        found.append(Candidate(own, name, _definition(upstream, own, name, tool), label=own))
+    return found
+
+
+def _publish(upstream: Upstream, revision: str, tools: list[Any], published_by: str, now: datetime) -> Report:
+    heads = imports.existing(upstream.account_id, upstream.vendor)
+    offered = candidates(upstream, tools, imports.known_names(heads, MCP))
+    report = imports.apply(upstream.account_id, upstream.vendor, MCP, offered, heads,
+                           connection=upstream.connection_id, published_by=published_by, now=now, dry_run=False)
+    upstream_store.record_sync(upstream.account_id, upstream.vendor, now, {"ok": True, "counts": report.counts()},
+                               revision)
+    return report
+
+
+def _list_tools(upstream: Upstream) -> tuple[str, list[Any]]:
+    """The server's revision and every tool it lists, asked with the connection's credential."""
+    config = settings()
+    headers = {}
+    if upstream.connection_id:
+        credential = connections.credential(upstream.account_id, upstream.connection_id, upstream.url)
+        headers[credential.header] = credential.value
+    client = mcpclient.Upstream(url=upstream.url, headers=headers, timeout=config.vendor_timeout_seconds,
+                                max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network)
+    return mcpclient.list_tools(client)
+
+
+def _definition(upstream: Upstream, own: str, name: str, tool: dict[str, Any]) -> dict[str, Any]:
+    """The ToolSpec payload of one listed tool (ToolSpec judges it: a bad schema is skipped)."""
+    description = tool.get("description") if isinstance(tool.get("description"), str) else ""
+    title = tool.get("title") if isinstance(tool.get("title"), str) else None
+    hints = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
+    annotations: dict[str, Any] = {hint: hints[hint] for hint in _HINTS if isinstance(hints.get(hint), bool)}
+    title = title or (hints.get("title") if isinstance(hints.get("title"), str) else None)
+    if title:
+        annotations["title"] = title[:200]
+    definition = {
+        "vendor": upstream.vendor, "name": name,
+        "description": (description.strip() or title or own)[:4000],
+        "input_schema": tool.get("inputSchema"), "annotations": annotations,
+        "upstream": {"upstream": upstream.vendor, "url": upstream.url, "tool": own},
+    }
+    if isinstance(tool.get("outputSchema"), dict):
+        definition["output_schema"] = tool["outputSchema"]
+    return definition
+
+
+def _slug(own: str) -> str:
+    """`get_forecast` -> `get-forecast`; camelCase split; at most NAME_CHARS."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", own)
+    return _NOT_SLUG.sub("-", spaced.lower()).strip("-") or "tool"
+
+
+def _unique(slug: str, own: str, taken: set[str]) -> str:
+    """The slug when it fits and is free; else cut, with a short hash of the server's own name."""
+    if len(slug) <= NAME_CHARS and slug not in taken:
+        return slug
+    digest = hashlib.sha256(own.encode()).hexdigest()[:6]
+    return f"{slug[:NAME_CHARS - 7].rstrip('-')}-{digest}"
