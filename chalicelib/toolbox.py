@@ -76,9 +76,11 @@ class Param(BaseModel):
 class RequestTemplate(BaseModel):
     """How a call becomes an HTTP request: `{field}` in the URL's path or query is filled from the
     input; each of `params` sends a field as a query parameter or header; `body` names the field
-    whose value is the whole JSON body. The other fields form a JSON object body for POST, PUT
-    and PATCH (unless `body` is named) and go to the query string otherwise. Whatever publishes
-    must run, so everything a call would trip on is refused here."""
+    whose value is the whole body. The other fields form an object body for POST, PUT and PATCH
+    (unless `body` is named) and go to the query string otherwise. A body is JSON, or with
+    `body_format: form` a form (objects as `a[b]=c`, arrays as repeated keys, or `a[0][b]=c`
+    inside objects, as Stripe and Twilio read them). Whatever publishes must run, so everything a
+    call would trip on is refused here."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
     method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
@@ -86,6 +88,7 @@ class RequestTemplate(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict, max_length=50)
     params: list[Param] = Field(default_factory=list, max_length=200)
     body: str | None = Field(default=None, min_length=1, max_length=200)
+    body_format: Literal["form"] | None = None  # the body as application/x-www-form-urlencoded, not JSON
 
     @field_validator("method", mode="before")
     @classmethod
@@ -370,6 +373,8 @@ def request_shape(spec: ToolSpec) -> dict[str, Any]:
         shape["params"] = [f"{param.in_}:{param.name}" for param in request.params]
     if request.body:
         shape["body"] = request.body
+    if request.body_format:
+        shape["body_format"] = request.body_format
     return shape
 
 

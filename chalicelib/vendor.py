@@ -16,6 +16,7 @@ from chalicelib.outbound import HttpRequest
 from chalicelib.toolbox import HEADER_VALUE, Tool, UpstreamCall
 
 QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
+FORM = "application/x-www-form-urlencoded"
 ERROR_BODY_PREVIEW = 2000
 REDACTED = "[redacted]"
 DOT_SEGMENTS = frozenset({".", ".."})
@@ -89,12 +90,17 @@ def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None =
         else:
             query += _query_pairs(param.name, arguments[param.field], explode=param.explode)
     rest = {key: value for key, value in arguments.items() if key not in template.fields()}
-    body: bytes | None = None
+    content: Any = None
     if template.body is not None and template.body in arguments:
-        body = jsontext.dumps(arguments[template.body]).encode()
+        content = arguments[template.body]
     elif template.body is None and template.method not in QUERY_METHODS:
-        body, rest = jsontext.dumps(rest).encode(), {}
-    if body is not None:
+        content, rest = rest, {}
+    body: bytes | None = None
+    if content is not None and template.body_format == "form":
+        body = urlencode(_form_pairs("", content)).encode()
+        headers["Content-Type"] = FORM
+    elif content is not None:
+        body = jsontext.dumps(content).encode()
         headers["Content-Type"] = "application/json"
     url = _with_query(url, query + [(key, _scalar(value)) for key, value in rest.items()])
     headers.setdefault("Accept", "application/json")
@@ -121,7 +127,9 @@ def _with_credential(http: HttpRequest, credential: Credential | None) -> Reques
 def preview(request: Request) -> Outcome:
     """What would be sent, with the credential's values replaced by a marker wherever they appear."""
     http = request.http
-    body = json.loads(http.body) if http.body else None
+    body = None
+    if http.body:
+        body = http.body.decode() if http.headers.get("Content-Type") == FORM else json.loads(http.body)
     shown = {"method": http.method, "url": http.url, "headers": dict(http.headers), "body": body}
     return Outcome(structured={"preview": redact(shown, request.secrets)})
 
@@ -259,6 +267,19 @@ def _scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def _form_pairs(key: str, value: Any, *, nested: bool = False) -> list[tuple[str, str]]:
+    """A form body's fields: an object's members as `key[member]`; an array as repeated `key`
+    at the top, as `key[0]` inside an object; null as an empty value."""
+    if isinstance(value, dict):
+        return [pair for member, item in value.items()
+                for pair in _form_pairs(f"{key}[{member}]" if key else str(member), item, nested=bool(key))]
+    if isinstance(value, list):
+        if not nested and all(not isinstance(item, dict | list) for item in value):
+            return [(key, _scalar(item)) for item in value]
+        return [pair for index, item in enumerate(value) for pair in _form_pairs(f"{key}[{index}]", item, nested=True)]
+    return [(key, "" if value is None else _scalar(value))]
 
 
 def _joined(value: Any) -> str:

@@ -138,3 +138,21 @@ def test_the_approval_shape_names_the_params_so_changing_them_asks_again(admin: 
     # THEN the next call waits for a person again
     again = mcp.call("run_tool", {"vendor": "unleashed", "name": "search-issues", "input": {"repo": "w"}})
     assert again["structuredContent"]["status"] == "awaiting_approval"
+
+
+def test_a_form_body_encodes_objects_with_brackets_and_arrays_as_repeated_keys(admin: Admin, mcp: Mcp,
+                                                                               vendor: Vendor) -> None:
+    # GIVEN a write whose body is a form (as Stripe's and Twilio's APIs read them)
+    schema = {"type": "object", "properties": {"amount": {"type": "integer"}, "expand": {"type": "array"},
+                                               "metadata": {"type": "object"}, "items": {"type": "array"}}}
+    admin.publish(name="create-charge", description="Create a charge.", input_schema=schema, annotations={},
+                  request={"method": "POST", "url": f"{vendor.url}/v1/charges", "body_format": "form"})
+    # WHEN it is previewed
+    preview = mcp.call("run_tool", {"vendor": "unleashed", "name": "create-charge", "dryRun": True, "input": {
+        "amount": 500, "expand": ["customer", "invoice"], "metadata": {"order": "7"},
+        "items": [{"price": "p1", "quantity": 2}]}})["structuredContent"]["preview"]
+    # THEN the body is form-encoded as the vendor expects
+    assert preview["headers"]["Content-Type"] == "application/x-www-form-urlencoded"
+    assert parse_qsl(preview["body"]) == [
+        ("amount", "500"), ("expand", "customer"), ("expand", "invoice"), ("metadata[order]", "7"),
+        ("items[0][price]", "p1"), ("items[0][quantity]", "2")]
