@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,6 +43,7 @@ from chalicelib.validation import parse
 OPENAPI, MCP = "openapi", "mcp"  # the kinds of source
 VECTORS = "vectors"  # the work queue message that computes a batch of imported tools' vectors
 VECTOR_BATCH = 100  # tools per message: about 1.5 s of embedding on a full core
+VECTORS_OVERDUE = timedelta(minutes=15)  # a queued vector not there by then was lost: a re-import queues it again
 PUBLISHED, NEW_VERSION, UNCHANGED, RESTORED, SKIPPED, UNAVAILABLE = (
     "published", "new_version", "unchanged", "restored", "skipped", "unavailable")
 
@@ -134,9 +135,11 @@ def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidat
         return Report(vendor, True, lines)
     from chalicelib.search import VECTOR_VERSION
 
-    # unchanged tools still without a vector (their first import's queue message was lost): again
-    stale = [heads[plan.line.name] for plan in planned if plan.line.outcome in (UNCHANGED, RESTORED)
-             and heads[plan.line.name].vector_version != VECTOR_VERSION]
+    # unchanged tools still without a vector well after they were published (their queue message
+    # was lost): queued again
+    stale = [head for plan in planned if plan.line.outcome in (UNCHANGED, RESTORED)
+             and (head := heads[plan.line.name]).vector_version != VECTOR_VERSION
+             and head.published_at < now - VECTORS_OVERDUE]
     written, pending = _write(account_id, planned, stale, published_by, now)
     if gone:
         _mark(account_id, gone, f"no longer offered by the {_source(kind)} (as of {now:%Y-%m-%d %H:%M} UTC)")
@@ -149,9 +152,8 @@ def fill_vectors(message: dict[str, Any]) -> None:
     from chalicelib.search import VECTOR_VERSION, document_vectors
 
     account_id = str(message["account_id"])
-    versions = [found for vendor, name, version in message["tools"]
-                if (found := tool_store.get_version(account_id, vendor, name, int(version))) is not None
-                and found.vector_version != VECTOR_VERSION]
+    wanted = [(str(vendor), str(name), int(version)) for vendor, name, version in message["tools"]]
+    versions = [found for found in tool_store.get_versions(account_id, wanted) if found.vector_version != VECTOR_VERSION]
     if not versions:
         return
     vectors = document_vectors([(v.vendor, v.name, v.definition.get("description", "")) for v in versions])

@@ -1055,6 +1055,7 @@ def exercise_store() -> set[str]:
     assert len(run(tools.list_heads, "acct")) == 1
     assert len(run(tools.page_heads, "acct", limit=10).items) == 1
     assert len(run(tools.list_versions, "acct", "acme", "orders")) == 1
+    assert [found.version for found in run(tools.get_versions, "acct", [("acme", "orders", 1), ("acme", "x", 1)])] == [1]
     assert run(tools.toolbox_revision, "acct") == 1
     # Imports: batches of versions, marking heads unavailable, vectors filled in later, and the
     # registered MCP servers beside the tools (the sparse `upstreams` index lists the fleet's).

@@ -52,6 +52,12 @@ def get_heads(account_id: str, tools: Iterable[tuple[str, str]]) -> dict[tuple[s
     return {(item.vendor, item.name): _record(item) for item in ToolHeadItem.batch_get(keys)}
 
 
+def get_versions(account_id: str, versions: Iterable[tuple[str, str, int]]) -> list[ToolVersion]:
+    """Several versions, (vendor, name, version) each, in batch reads (unknown ones left out)."""
+    keys = [(account_id, version_sk(vendor, name, version)) for vendor, name, version in versions]
+    return [_record(item) for item in ToolVersionItem.batch_get(keys)] if keys else []
+
+
 def list_heads(account_id: str) -> list[ToolVersion]:
     """Every tool of the account at its newest version (the whole toolbox, all pages)."""
     condition = ToolboxItem.sk.startswith(HEAD_PREFIX)
