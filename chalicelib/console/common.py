@@ -18,14 +18,15 @@ from urllib.parse import parse_qs, quote, urlencode
 
 from chalice import Response
 
-from chalicelib import accounts, jsontext
+from chalicelib import accounts, connections, jsontext
 from chalicelib.clock import utcnow
-from chalicelib.config import settings
+from chalicelib.config import body_limit, settings
 from chalicelib.console import present
 from chalicelib.console import session as sessions
 from chalicelib.errors import InvalidInput, WorksetError
 from chalicelib.responses import GuardedBlueprint
-from chalicelib.store.records import Page
+from chalicelib.store import connections as connection_store
+from chalicelib.store.records import Connection, Page
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -94,7 +95,11 @@ def _route(path: str, method: str) -> Callable[[Callable[..., Response]], Any]:
                 return redirect("/console/sign-in", next=_current_path(path, params) if method == "GET" else None)
             ctx = Ctx(session, now, params=query)
             if method == "POST":
-                ctx.form = read_form()
+                limit = body_limit(path)  # an import's form may carry a whole document
+                if len(bp.current_request.raw_body or b"") > limit:
+                    return ctx.render("error.html", 413, title=_TITLES[413], message=(
+                        f"The form is larger than {_size(limit)}, so nothing was read or changed."))
+                ctx.form = read_form(limit)
                 if not sessions.valid(session.csrf, ctx.form.get("csrf")):
                     return ctx.render("error.html", 403, title="Form refused", message=(
                         "This form did not carry a valid token for your session. Nothing was changed; "
@@ -150,15 +155,20 @@ def safe_next(value: str | None) -> str:
     return HOME
 
 
-def read_form() -> dict[str, str]:
-    """The urlencoded body as a dict (the first value of each field)."""
+def read_form(limit: int | None = None) -> dict[str, str]:
+    """The urlencoded body as a dict (the first value of each field); nothing of a body over
+    `limit` bytes (the deployment's request limit unless given)."""
     raw = bp.current_request.raw_body or b""
     if isinstance(raw, str):
         raw = raw.encode()
-    if len(raw) > settings().max_request_bytes:
+    if len(raw) > (settings().max_request_bytes if limit is None else limit):
         return {}
     fields = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
     return {name: values[0] for name, values in fields.items()}
+
+
+def _size(limit: int) -> str:
+    return f"{limit / 2**20:g} MB" if limit >= 2**20 else f"{limit // 1024} KB"
 
 
 def _check_text(fields: dict[str, str], *, lines: bool = False, escaped: bool = False) -> None:
@@ -185,6 +195,12 @@ def agent_names(account_id: str) -> dict[str, str]:
     """Agent id -> name for the whole account."""
     agents = every(lambda cursor: accounts.list_agents(account_id, limit=ALL_PAGE, cursor=cursor))
     return {agent.agent_id: agent.name for agent in agents}
+
+
+def active_connections(account_id: str) -> list[Connection]:
+    """The account's connections that are not revoked (what a form may offer to attach)."""
+    listing = every(lambda cursor: connections.list_all(account_id, limit=ALL_PAGE, cursor=cursor))
+    return [connection for connection in listing if connection.status == connection_store.ACTIVE]
 
 
 def _current_path(path: str, params: dict[str, str]) -> str:

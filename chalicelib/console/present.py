@@ -1,5 +1,6 @@
-"""How the console says things: times, hints, who promoted a tool, why it moved, and the token
-footprint of a working set. Plain functions; the templates use them as filters."""
+"""How the console says things: times, hints, who promoted a tool, why it moved, where an
+imported tool came from, what an import did, and the token footprint of a working set. Plain
+functions; the templates use them as filters."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 from chalicelib.clock import iso, utcnow
+from chalicelib.imports import MCP, NEW_VERSION, OPENAPI
 from chalicelib.mcp.metatools import META_TOOLS, tool_definition
+from chalicelib.store.records import ToolVersion
 from chalicelib.toolbox import Tool
 from chalicelib.workingset import Cause, PromotedBy
 
 PROMOTED_BY_LABELS = {PromotedBy.AGENT.value: "the agent", PromotedBy.PUBLISH.value: "a publish",
                       PromotedBy.CONSOLE.value: "the console"}
+OUTCOME_LABELS = {NEW_VERSION: "new version"}  # the others read as they are (published, skipped, ...)
 BYTES_PER_TOKEN = 4  # a rough rule for English and JSON; shown as an estimate
 _UNITS = ((365 * 86400, "year"), (30 * 86400, "month"), (86400, "day"), (3600, "hour"), (60, "minute"))
 
@@ -66,6 +70,28 @@ def hints(annotations: dict[str, Any] | None) -> list[str]:
     if notes.get("openWorldHint"):
         words.append("open world")
     return words
+
+
+def origin(head: ToolVersion) -> str:
+    """Where an imported tool came from: `OpenAPI GET /pets/{id}`, `MCP server forecast`; ``
+    for a tool published by hand."""
+    found = head.origin or {}
+    if found.get("kind") == OPENAPI:
+        return f"OpenAPI {found.get('key', '')}"
+    if found.get("kind") == MCP:
+        return f"MCP server {head.vendor}"
+    return ""
+
+
+def outcome(value: str) -> str:
+    """An import line's outcome in words (`new version`)."""
+    return OUTCOME_LABELS.get(value, value)
+
+
+def counted(counts: dict[str, int] | None) -> str:
+    """`2 published, 1 skipped` (outcomes that happened), or `no tools`."""
+    said = [f"{count} {outcome(name)}" for name, count in (counts or {}).items() if count]
+    return ", ".join(said) or "no tools"
 
 
 def first_line(text: str, limit: int = 160) -> str:
@@ -121,4 +147,5 @@ def _size(definitions: list[dict[str, Any]]) -> int:
 
 
 FILTERS = {"ago": ago, "exact": exact, "iso": iso, "cause": cause_label, "promoted_by": promoted_by_label,
-           "hints": hints, "first_line": first_line, "pretty": pretty, "tokens": tokens}
+           "hints": hints, "first_line": first_line, "pretty": pretty, "tokens": tokens, "origin": origin,
+           "outcome": outcome, "counted": counted}

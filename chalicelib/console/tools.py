@@ -34,7 +34,8 @@ def tool_page(ctx: Ctx, vendor: str, name: str) -> Response:
     shown = next((v for v in versions if str(v.version) == wanted), None) if wanted else versions[-1]
     if shown is None:
         raise NotFound(f"{vendor}/{name} has no version {wanted}")
-    return ctx.render("tool.html", vendor=vendor, name=name, versions=versions, shown=shown,
+    head = toolbox.resolve(ctx.account_id, vendor, name).version  # the newest, and whether it is unavailable
+    return ctx.render("tool.html", vendor=vendor, name=name, versions=versions, shown=shown, head=head,
                       promoted_for=_promoted_for(ctx.account_id, [shown]), names=agent_names(ctx.account_id))
 
 

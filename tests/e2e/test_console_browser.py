@@ -297,3 +297,44 @@ def test_account_page_allow_list_and_sign_out_everywhere(page: Any, browser: Any
     assert "/console/sign-in?next=" in elsewhere.url
     other.close()
     console_stack.admin("PUT", "/v1/account/allowed-hosts", {"allowed_hosts": []})
+
+
+def test_import_an_openapi_document_check_then_publish(page: Any, console_stack: Stack) -> None:
+    # GIVEN a small OpenAPI document, one operation of which Workset cannot send
+    pets = f"pets{uuid.uuid4().hex[:6]}"
+    document = """openapi: 3.0.3
+info: {title: Pets, version: '1'}
+servers: [{url: 'http://127.0.0.1:9/v1'}]
+paths:
+  /pets:
+    get: {operationId: listPets, summary: List pets., responses: {'200': {description: ok}}}
+  /session:
+    get:
+      operationId: whoAmI
+      parameters: [{name: sid, in: cookie, required: true, schema: {type: string}}]
+      responses: {'200': {description: ok}}
+"""
+    # WHEN the person opens Import from the navigation, pastes it and checks it
+    page.click("nav >> text=Import")
+    page.wait_for_url(re.compile(r"/console/import$"))
+    expect(page.locator("#upload")).to_be_visible()  # the file reader, once its script ran
+    page.fill("#vendor", pets)
+    page.fill("#document", document)
+    page.click("#import button:has-text('Check')")
+    # THEN the table shows every operation with what publishing would do, and nothing is stored yet
+    expect(page.locator("#report tr[data-line]")).to_have_count(2)
+    assert page.locator("tr[data-line='GET /pets']").get_attribute("data-outcome") == "published"
+    assert "cookie parameter 'sid'" in page.locator("tr[data-line='GET /session'] .reason").inner_text()
+    assert console_stack.admin("GET", f"/v1/tools/{pets}/list-pets")[0] == 404
+    shot(page, "15-import-check")
+    # WHEN they publish
+    page.click("#report button:has-text('Publish')")
+    # THEN the counts say so, and the published tool links to its page
+    expect(page.locator("#report .notice.ok")).to_contain_text("Imported: 1 published, 1 skipped.")
+    shot(page, "16-import-published")
+    page.click(f"#report a:has-text('{pets}__list-pets')")
+    page.wait_for_url(re.compile(rf"/console/tools/{pets}/list-pets$"))
+    assert "OpenAPI GET /pets" in page.locator("#origin").inner_text()
+    # AND the toolbox lists it
+    page.goto(f"{console_stack.url}/console/tools?q={pets}")
+    expect(page.locator(f"tr[data-tool='{pets}__list-pets']")).to_be_visible()
