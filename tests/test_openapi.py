@@ -1,4 +1,4 @@
-"""OpenAPI documents into tool definitions (chalicelib/openapi.py). A document is hostile input:
+"""OpenAPI documents into tool definitions (chalicelib/openapi/). A document is hostile input:
 each test that sends a bad or hostile one checks that the answer is InvalidInput saying what and
 where (or a skipped operation with its reason), never a crash, a hang or a definition Workset
 would refuse to publish."""
@@ -51,6 +51,10 @@ def _operation(**fields: Any) -> dict[str, Any]:
 
 def _json_body(schema: Any, *, required: bool = True) -> dict[str, Any]:
     return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+def _form_body(schema: Any, *, required: bool = True, **media: Any) -> dict[str, Any]:
+    return {"required": required, "content": {"application/x-www-form-urlencoded": {"schema": schema, **media}}}
 
 
 def _candidates(document: dict[str, Any], **options: Any) -> dict[str, Candidate]:
@@ -501,14 +505,87 @@ def test_a_body_media_type_ending_in_json_is_used() -> None:
     assert set(definition["input_schema"]["properties"]) == {"task-id", "title", "due", "subtasks"}
 
 
-def test_an_optional_body_that_is_not_json_is_left_out() -> None:
-    # GIVEN an optional form body
+def test_an_optional_body_in_no_type_workset_sends_is_left_out() -> None:
+    # GIVEN an optional body offered only as multipart and plain text
     document = _document({"/s": {"post": _operation(requestBody={"content": {
-        "application/x-www-form-urlencoded": {"schema": {"type": "object"}}}})}})
+        "multipart/form-data": {"schema": {"type": "object", "properties": {"file": {"type": "string"}}}},
+        "text/plain": {}}})}})
 
-    # WHEN it is converted THEN the tool sends no body fields
+    # WHEN it is converted THEN the tool sends no body (and no body fields)
     definition = _definition(document, "POST /s")
-    assert definition["input_schema"]["properties"] == {} and "body" not in definition["request"]
+    assert definition["input_schema"]["properties"] == {}
+    assert definition["request"] == {"method": "POST", "url": f"{SERVER}/s"}
+
+
+def test_a_form_body_is_flattened_and_sent_as_a_form() -> None:
+    # GIVEN a body offered only as application/x-www-form-urlencoded (with a charset), Stripe style
+    document = _document({"/customers": {"post": _operation(requestBody={"required": True, "content": {
+        "application/x-www-form-urlencoded; charset=utf-8": {
+            "schema": {"type": "object", "required": ["email"], "properties": {
+                "email": {"type": "string"}, "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+                "expand": {"type": "array", "items": {"type": "string"}}}},
+            "encoding": {"metadata": {"style": "deepObject", "explode": True}, "expand": {"style": "form"}}}}})}})
+
+    # WHEN it is converted
+    definition = _definition(document, "POST /customers")
+
+    # THEN its properties are the input's, as for JSON, and the request says the body is a form
+    assert definition["request"] == {"method": "POST", "url": f"{SERVER}/customers", "body_format": "form"}
+    assert list(definition["input_schema"]["properties"]) == ["email", "metadata", "expand"]
+    assert definition["input_schema"]["required"] == ["email"]
+
+
+def test_a_form_body_that_cannot_be_flattened_is_nested_and_sent_as_a_form() -> None:
+    # GIVEN a form body whose property clashes with a query parameter
+    document = _document({"/s": {"post": _operation(
+        parameters=[{"name": "limit", "in": "query", "schema": {"type": "integer"}}],
+        requestBody=_form_body({"type": "object", "properties": {"limit": {"type": "string"}}}))}})
+
+    # WHEN it is converted THEN it goes under "body", still as a form
+    definition = _definition(document, "POST /s")
+    assert definition["request"]["body"] == "body" and definition["request"]["body_format"] == "form"
+    assert definition["input_schema"]["properties"]["body"] == {
+        "type": "object", "properties": {"limit": {"type": "string"}}}
+    assert definition["input_schema"]["required"] == ["body"]
+
+
+def test_json_is_preferred_when_a_form_is_offered_too() -> None:
+    # GIVEN a body offered as a form first and as JSON second
+    document = _document({"/s": {"post": _operation(requestBody={"required": True, "content": {
+        "application/x-www-form-urlencoded": {"schema": {"type": "object", "properties": {"f": {"type": "string"}}}},
+        "application/json": {"schema": {"type": "object", "properties": {"j": {"type": "string"}}}}}})}})
+
+    # WHEN it is converted THEN the JSON schema is used and the body is sent as JSON
+    definition = _definition(document, "POST /s")
+    assert list(definition["input_schema"]["properties"]) == ["j"]
+    assert "body_format" not in definition["request"]
+
+
+def test_an_optional_form_body_is_kept() -> None:
+    # GIVEN an optional form body whose object requires "name"
+    document = _document({"/s": {"patch": _operation(requestBody=_form_body(
+        {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}, required=False))}})
+
+    # WHEN it is converted THEN its fields are offered, none required, and it goes as a form
+    definition = _definition(document, "PATCH /s")
+    assert definition["input_schema"]["properties"] == {"name": {"type": "string"}}
+    assert definition["input_schema"]["required"] == []
+    assert definition["request"]["body_format"] == "form"
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (_form_body({"type": "object"}, encoding={"ids": {"style": "pipeDelimited"}}),
+     "its form body encodes 'ids' in style 'pipeDelimited', which Workset does not send"),
+    (_form_body({"type": "object"}, encoding={"ids": {"explode": False}}),
+     "its form body encodes 'ids' in style 'form' without explode, which Workset does not send"),
+    (_form_body({"type": "array", "items": {"type": "string"}}), "its form body is not an object of fields"),
+])
+def test_a_form_body_workset_would_encode_otherwise_is_skipped(body: dict[str, Any], reason: str) -> None:
+    # GIVEN a form body whose encoding is one Workset's form (repeated keys, a[b]=c) does not match
+    document = _document({"/s": {"post": _operation(requestBody=body)}})
+
+    # WHEN it is converted THEN it is skipped, saying why, rather than sent another way
+    assert _reason(document, "POST /s") == reason
 
 
 # Schemas ----------------------------------------------------------------------------------------
@@ -712,16 +789,17 @@ def test_a_ref_loop_is_refused() -> None:
 
 @pytest.mark.parametrize(("operation", "reason"), [
     (_operation(requestBody={"required": True, "content": {"multipart/form-data": {}, "text/plain": {}}}),
-     "no JSON body type (offers multipart/form-data, text/plain)"),
+     "no JSON or application/x-www-form-urlencoded body type (offers multipart/form-data, text/plain)"),
     (_operation(parameters=[{"name": "session", "in": "cookie", "required": True, "schema": {"type": "string"}}]),
      "needs cookie parameter 'session', which Workset does not send"),
     (_operation(callbacks={"done": {"{$request.body#/url}": {"post": _operation()}}}),
      "has callbacks (the API calls back a URL); Workset cannot receive them"),
     (_operation(security=[{"oauth": ["read"]}, {"oidc": []}]),
      "needs oauth2 or openIdConnect auth, which connections do not carry yet"),
-    (_operation(security=[{"basic": []}, {"query": []}]),
-     "needs http basic or apiKey in query auth, which connections do not carry yet"),
-    (_operation(security=[{"bearer": [], "basic": []}]), "needs http basic auth, which connections do not carry yet"),
+    (_operation(security=[{"digest": []}, {"query": []}]),
+     "needs http digest or apiKey in query auth, which connections do not carry yet"),
+    (_operation(security=[{"bearer": [], "query": []}]), "needs apiKey in query auth, which connections do not carry yet"),
+    (_operation(security=[{"mtls": []}]), "needs mutualTLS auth, which connections do not carry yet"),
     (_operation(security=[{"unknown": []}]),
      "needs the undeclared scheme 'unknown' auth, which connections do not carry yet"),
     (_operation(parameters=[{"name": "filter", "in": "query", "required": True, "style": "deepObject",
@@ -732,8 +810,8 @@ def test_an_operation_workset_cannot_call_is_skipped_with_its_reason(operation: 
     # GIVEN an operation needing what Workset cannot send or receive
     document = _document({"/s": {"post": operation}}, components={"securitySchemes": {
         "oauth": {"type": "oauth2", "flows": {}}, "oidc": {"type": "openIdConnect", "openIdConnectUrl": "https://x"},
-        "basic": {"type": "http", "scheme": "basic"}, "bearer": {"type": "http", "scheme": "Bearer"},
-        "query": {"type": "apiKey", "in": "query", "name": "key"}}})
+        "digest": {"type": "http", "scheme": "digest"}, "bearer": {"type": "http", "scheme": "Bearer"},
+        "query": {"type": "apiKey", "in": "query", "name": "key"}, "mtls": {"type": "mutualTLS"}}})
 
     # WHEN it is converted THEN it is skipped, saying why
     assert _reason(document, "POST /s") == reason
@@ -747,12 +825,15 @@ def test_methods_a_tool_cannot_send_are_skipped(method: str) -> None:
 
 
 @pytest.mark.parametrize("security", [
-    [{"bearer": []}], [{"oauth": []}, {"bearer": []}], [{"oauth": []}, {}], [], [{"key": []}]])
+    [{"bearer": []}], [{"oauth": []}, {"bearer": []}], [{"oauth": []}, {}], [], [{"key": []}], [{"basic": []}],
+    [{"bearer": [], "basic": []}]])
 def test_security_a_connection_can_carry_or_none_keeps_the_operation(security: list[Any]) -> None:
     # GIVEN the document requiring OAuth, and an operation whose own security has a carriable choice
+    # (a bearer token, Basic credentials or an API key in a header: a connection sends each as a header)
     document = _document({"/s": {"get": _operation(security=security)}}, security=[{"oauth": []}],
                          components={"securitySchemes": {"oauth": {"type": "oauth2", "flows": {}},
                                                          "bearer": {"type": "http", "scheme": "bearer"},
+                                                         "basic": {"type": "http", "scheme": "Basic"},
                                                          "key": {"type": "apiKey", "in": "header", "name": "X-Key"}}})
 
     # WHEN it is converted THEN it is a tool

@@ -1,0 +1,77 @@
+"""OpenAPI 3.x documents into tool definitions, one per operation. Pure: no store, no network.
+
+A document comes from whoever describes an API, so it is read as hostile: at most 25 MB, a node
+budget and a nesting limit that a YAML alias bomb meets before it is expanded, local `$ref`s
+resolved and converted once each however many operations share them (GitHub's 12 MB description
+has 1,000+), an inline budget per operation against fan-out, recursive schemas kept in `$defs`
+instead of inlined forever, and nothing fetched: a reference to another document skips its
+operation. An operation Workset cannot call as described still becomes a Candidate, with the
+reason instead of a definition, so an import can say what it left out.
+
+The package, in the order a document goes through it:
+
+    __init__.py     read_document and candidates(): the interface chalicelib.imports uses
+    reading.py      text -> document: the size limit, JSON or YAML, the alias-bomb guard, the version
+    operations.py   the document's operations in order, their tool names, include/exclude
+    definitions.py  one operation -> a ToolSpec payload, or Skip: method, security, parameters, URL
+    servers.py      the base URL of an operation: the server given, else the nearest `servers`
+    inputs.py       the input schema: parameters, the body (JSON or form) flattened or nested
+    schemas.py      schemas -> JSON Schema 2020-12, once per $ref; inlined, or kept in $defs
+    refs.py         local $ref resolution (JSON pointers); nothing is fetched
+    problems.py     Skip, and how messages name places and values
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from chalicelib.errors import InvalidInput
+from chalicelib.openapi import operations
+from chalicelib.openapi.definitions import CARRIABLE_AUTH, Builder
+from chalicelib.openapi.inputs import MAX_INPUT_NESTING
+from chalicelib.openapi.problems import Skip, shown
+from chalicelib.openapi.reading import MAX_DOCUMENT_BYTES, check_version, read_document
+from chalicelib.openapi.refs import Refs
+from chalicelib.openapi.schemas import Schemas
+from chalicelib.openapi.servers import Servers
+from chalicelib.toolbox import NAME_PATTERN
+
+__all__ = ["CARRIABLE_AUTH", "MAX_DOCUMENT_BYTES", "MAX_INPUT_NESTING", "Candidate", "candidates", "read_document"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One operation of the document: its definition, or why it has none."""
+
+    key: str  # identifies the operation across imports: "GET /pets/{petId}"
+    operation_id: str | None
+    name: str  # the tool name; given also when skipped
+    definition: dict[str, Any] | None  # a ToolSpec payload; None when skipped
+    reason: str | None  # why skipped
+
+
+def candidates(document: dict[str, Any], *, vendor: str, base_url: str | None = None, server: str | None = None,
+               include: Sequence[str] = (), exclude: Sequence[str] = (),
+               keep_names: Mapping[str, str] = {}) -> list[Candidate]:
+    """One Candidate per operation, in document order (paths in order, methods in the order get, put,
+    post, delete, options, head, patch, trace). Raises InvalidInput for a bad document (not OpenAPI
+    3.x, Swagger 2.0, a local $ref that does not resolve, a relative server URL with no base_url or
+    server to resolve it against...)."""
+    check_version(document)
+    if not operations.NAME.fullmatch(vendor):
+        raise InvalidInput(f"vendor {shown(vendor)} must match {NAME_PATTERN}", field="vendor")
+    refs = Refs(document)
+    found = operations.listed(refs)
+    builder = Builder(Schemas(refs), Servers(document, base_url=base_url, server=server), vendor=vendor)
+    answer = []
+    for operation, name in zip(found, operations.names(found, keep_names), strict=True):
+        definition, reason = None, operations.filtered(operation, include, exclude)
+        if reason is None:
+            try:
+                definition = builder.definition(operation, name)
+            except Skip as skip:
+                reason = skip.reason
+        answer.append(Candidate(operation.key, operation.operation_id, name, definition, reason))
+    return answer
