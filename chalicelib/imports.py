@@ -42,7 +42,7 @@ from chalicelib.validation import parse
 
 OPENAPI, MCP = "openapi", "mcp"  # the kinds of source
 VECTORS = "vectors"  # the work queue message that computes a batch of imported tools' vectors
-VECTOR_BATCH = 100  # tools per message: about 1.5 s of embedding on a full core
+VECTOR_BATCH = 16  # tools per message: at most ~3 s of embedding on a full core (long descriptions cost ~0.2 s each)
 VECTORS_OVERDUE = timedelta(minutes=15)  # a queued vector not there by then was lost: a re-import queues it again
 PUBLISHED, NEW_VERSION, UNCHANGED, RESTORED, SKIPPED, UNAVAILABLE = (
     "published", "new_version", "unchanged", "restored", "skipped", "unavailable")

@@ -386,3 +386,36 @@ def test_the_validator_answers_as_jsonschema_on_ordinary_schemas(schema: dict[st
     # THEN they report the same problem at the same place
     assert ours is not None and theirs is not None
     assert (ours.message, list(ours.absolute_path)) == (theirs.message, list(theirs.absolute_path))
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"a": {"minimum": "x"}}},
+    {"type": "object", "required": "a"},
+    {"type": "object", "properties": {"a": {"type": "nope"}}},
+    {"type": "object", "items": {"$defs": {"x": {"enum": 3}}}},
+    {"type": "object", "pattern": "("},
+    {"type": "object", "$defs": {"a": {"$ref": 3}}},
+    {"type": "object", "dependentRequired": {"a": [1]}},
+    {"type": "object", "prefixItems": {}},
+    {"type": "object", "unevaluatedProperties": 3},
+    {"type": "object", "contentSchema": []},
+    {"type": "object", "allOf": [{"not": {"anyOf": [{"if": {"maxLength": -1}}]}}]},
+    {"type": "object", "properties": {"a": {"type": ["string", "null"], "enum": ["x", None]}},
+     "patternProperties": {"^x": {"format": "date"}}, "$defs": {"n": {"$ref": "#/$defs/n"}}},
+])
+def test_the_static_metaschema_judges_exactly_as_jsonschemas_own(schema: dict) -> None:
+    # GIVEN jsonschema's own check of a schema against Draft 2020-12's metaschema
+    from jsonschema import Draft202012Validator, SchemaError
+    from jsonschema.exceptions import best_match
+
+    from chalicelib.schemas import _metaschema_validator
+
+    try:
+        Draft202012Validator.check_schema(schema)
+        expected = None
+    except SchemaError as error:
+        expected = error.message
+    # WHEN the static metaschema that publishing uses judges it
+    found = best_match(_metaschema_validator().iter_errors(schema))
+    # THEN both accept it, or both refuse it for the same reason
+    assert (found.message if found else None) == expected
