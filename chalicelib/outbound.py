@@ -134,9 +134,11 @@ def check_destination(url: str, *, allow_private: bool, resolver: Resolver = sys
 
 
 def send(request: HttpRequest, *, timeout: float, max_bytes: int, allow_private: bool,
-         resolver: Resolver = system_resolver) -> HttpResponse:
+         resolver: Resolver = system_resolver, complete: Callable[[bytes], bool] | None = None) -> HttpResponse:
     """Send one request and read the answer, all within `timeout` seconds; missing that deadline
-    raises VendorTimeout, a transport failure VendorError."""
+    raises VendorTimeout, a transport failure VendorError. `complete`, given the body read so far
+    after each read, ends the reading when it answers True (an event stream the server keeps open
+    after the part we wait for)."""
     address = check_destination(request.url, allow_private=allow_private, resolver=resolver)
     parts = urlsplit(request.url)
     hostname = parts.hostname or ""
@@ -158,7 +160,7 @@ def send(request: HttpRequest, *, timeout: float, max_bytes: int, allow_private:
             connection.request(request.method, path, body=request.body, headers=headers)
             sock.settimeout(deadline.remaining())
             response = connection.getresponse()
-            body = _read_body(response, sock, deadline, max_bytes)
+            body = _read_body(response, sock, deadline, max_bytes, complete)
             return HttpResponse(
                 status=response.status,
                 headers={name.lower(): value for name, value in response.getheaders()},
@@ -248,7 +250,7 @@ class _Deadline:
 
 
 def _read_body(response: http.client.HTTPResponse, sock: socket.socket, deadline: _Deadline,
-               max_bytes: int) -> bytes:
+               max_bytes: int, complete: Callable[[bytes], bool] | None) -> bytes:
     """Up to max_bytes + 1 bytes of the body (one more than the cap tells that it was cut), read
     in chunks so that each read can be given what is left of the deadline."""
     chunks: list[bytes] = []
@@ -260,6 +262,8 @@ def _read_body(response: http.client.HTTPResponse, sock: socket.socket, deadline
             break
         chunks.append(chunk)
         size += len(chunk)
+        if complete is not None and complete(b"".join(chunks)):
+            return b"".join(chunks)
     if deadline.passed:
         # The watchdog's shutdown looks like the end of the body; it is not.
         raise TimeoutError("the deadline passed while reading the body")

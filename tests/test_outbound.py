@@ -261,3 +261,36 @@ def test_a_chunked_answer_is_read_whole(serve: Callable[[Script], TinyServer]) -
     response = _get(f"{server.url}/orders")
     # THEN the chunks are joined into the body
     assert (response.body, response.truncated) == (b"abcdefg", False)
+
+
+def test_reading_stops_once_the_complete_hook_says_so(serve: Callable[[Script], TinyServer]) -> None:
+    # GIVEN a server that streams one event, then keeps the connection open without ending the body
+    def script(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(HEADERS.replace(b"Content-Length: 2", b"Transfer-Encoding: chunked")
+                     + b"c\r\ndata: done\n\n\r\n")
+        stop.wait(10)
+
+    server = serve(script)
+    seen: list[bytes] = []
+
+    def complete(body: bytes) -> bool:
+        seen.append(body)
+        return body.endswith(b"\n\n")
+
+    # WHEN it is read with a hook that recognises the end of the event
+    response = outbound.send(outbound.HttpRequest("GET", f"{server.url}/events"), timeout=5, max_bytes=1000,
+                             allow_private=True, resolver=LOCAL, complete=complete)
+    # THEN the answer comes back with what was read, not a timeout, and the hook saw the bytes so far
+    assert (response.status, response.body, response.truncated) == (200, b"data: done\n\n", False)
+    assert seen[-1] == b"data: done\n\n"
+
+
+def test_a_complete_hook_that_never_agrees_leaves_the_answer_whole(serve: Callable[[Script], TinyServer]) -> None:
+    # GIVEN a server that answers a chunked body in two chunks and ends it
+    chunked = HEADERS.replace(b"Content-Length: 2", b"Transfer-Encoding: chunked")
+    server = serve(lambda conn, stop: conn.sendall(chunked + b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n"))
+    # WHEN it is read with a hook that never answers True
+    response = outbound.send(outbound.HttpRequest("GET", f"{server.url}/orders"), timeout=0.5, max_bytes=1000,
+                             allow_private=True, resolver=LOCAL, complete=lambda body: False)
+    # THEN the whole body is read, as without a hook
+    assert (response.body, response.truncated) == (b"abcdefg", False)
