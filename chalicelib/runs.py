@@ -243,7 +243,7 @@ def _record_end(run: Run, outcome: Outcome, *, waited: bool, sent: bool) -> Outc
     and what it said, and the run is left to expire. Never raises."""
     status = "failed" if outcome.is_error else "succeeded"
     stored = _storable(outcome.structured)
-    answer = Outcome(outcome.structured, outcome.is_error, outcome.status, run_id=run.run_id)
+    answer = replace(outcome, list_changed=False, run_id=run.run_id)
     try:
         run_store.finish(run, status, utcnow(), announce=waited, **{_OUTCOME_FIELD[status]: stored})
     except Exception as error:

@@ -1,0 +1,278 @@
+"""MCP servers as vendors, end to end through the admin API and /mcp: registering a real MCP
+server (the MCP Python SDK's own, and the npm reference server) publishes its tools; agents find,
+promote and call them through to the server, with approvals and dry runs as for any tool; a sync
+follows the server's changes; the sweep queues an hourly sync; failures are clear errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+import pytest
+from chalice.test import Client
+from mcp.server.mcpserver import MCPServer
+
+from chalicelib import mcpclient
+from chalicelib.clock import utcnow
+from chalicelib.config import settings
+from tests.books import sweep_at, take_bodies, work
+from tests.conftest import Admin, Mcp, serving
+from tests.upstream_servers import everything_url_fixture, forecast_server, sdk_server  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def fresh_sessions() -> Iterator[None]:
+    mcpclient.forget_sessions()
+    yield
+    mcpclient.forget_sessions()
+
+
+@pytest.fixture
+def notes() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """The SDK's server with the forecast tools and a `save_note` that records what it was sent."""
+    saved: list[dict[str, str]] = []
+    server = forecast_server()
+
+    @server.tool()
+    def save_note(title: str) -> str:
+        """Save a note with this title."""
+        saved.append({"title": title})
+        return f"saved {title}"
+
+    with sdk_server(server) as url:
+        yield url, saved
+
+
+def _register(admin: Admin, url: str, vendor: str = "weather", **extra: Any) -> Any:
+    return admin.call("POST", "/v1/upstreams", {"vendor": vendor, "url": url, **extra})
+
+
+def _names(answer: dict[str, Any]) -> dict[str, str]:
+    return {line["name"]: line["outcome"] for line in answer["sync"]["tools"]}
+
+
+def test_registering_a_server_publishes_its_tools_with_their_schemas_and_hints(admin: Admin,
+                                                                               notes: Any) -> None:
+    url, _ = notes
+    # WHEN an admin registers the server
+    answer = _register(admin, url)
+    # THEN each of its tools is a tool of the vendor, named from its own name
+    assert answer.status_code == 201, answer.body
+    assert _names(answer.json_body) == {"get-forecast": "published", "create-note": "published",
+                                        "fail": "published", "save-note": "published"}
+    assert (answer.json_body["last_sync"]["ok"], answer.json_body["revision"]) == (True, "2026-07-28")
+    forecast = admin.call("GET", "/v1/tools/weather/get-forecast").json_body["versions"][-1]
+    assert forecast["upstream"] == {"upstream": "weather", "url": url, "tool": "get_forecast"}
+    assert forecast["annotations"]["readOnlyHint"] is True
+    assert forecast["input_schema"]["required"] == ["city"]
+    assert "output_schema" in forecast
+    listed = admin.call("GET", "/v1/upstreams").json_body["items"]
+    assert [(item["vendor"], item["url"]) for item in listed] == [("weather", url)]
+
+
+def test_an_agent_finds_promotes_and_calls_a_server_tool_first_class(admin: Admin, mcp: Mcp, notes: Any) -> None:
+    _register(admin, notes[0])
+    # GIVEN an agent that finds the server's tool in plain words and promotes it
+    hits = mcp.call("find_tool", {"query": "weather forecast for tomorrow"})["structuredContent"]["hits"]
+    assert hits[0]["name"] == "get-forecast"
+    mcp.call("promote", {"vendor": "weather", "name": "get-forecast"})
+    # WHEN it calls the tool by its first-class name
+    result = mcp.call("weather__get-forecast", {"city": "Paris"})
+    # THEN the server's own result comes back: its content and its structured content
+    assert result["isError"] is False, result
+    assert result["structuredContent"] == {"city": "Paris", "temperature_c": 21.5, "conditions": "sunny"}
+    assert result["content"][0]["type"] == "text"
+
+
+def test_a_server_write_waits_for_approval_then_reaches_the_server_once(admin: Admin, mcp: Mcp, notes: Any) -> None:
+    url, saved = notes
+    _register(admin, url)
+    # GIVEN a dry run of a write: it answers the tools/call it would send and reaches nothing
+    preview = mcp.call("run_tool", {"vendor": "weather", "name": "save-note", "input": {"title": "hi"},
+                                    "dryRun": True})["structuredContent"]["preview"]
+    assert (preview["method"], preview["url"]) == ("POST", url)
+    assert preview["body"]["method"] == "tools/call"
+    assert preview["body"]["params"] == {"name": "save_note", "arguments": {"title": "hi"}}
+    assert saved == []
+    # WHEN it is called, it waits for a person; approved, it runs
+    waiting = mcp.call("run_tool", {"vendor": "weather", "name": "save-note", "input": {"title": "hi"}})
+    assert waiting["structuredContent"]["status"] == "awaiting_approval"
+    assert saved == []
+    run = admin.call("POST", f"/v1/approvals/{waiting['structuredContent']['run_id']}/approve").json_body
+    # THEN the server got the call once, and the run holds its answer
+    assert saved == [{"title": "hi"}]
+    assert run["status"] == "succeeded"
+    assert run["result"]["content"][0]["text"] == "saved hi"
+
+
+def test_a_failing_server_tool_is_an_error_result(admin: Admin, mcp: Mcp, notes: Any) -> None:
+    _register(admin, notes[0])
+    # GIVEN a server tool that fails (not marked read-only, so a person approves it first)
+    waiting = mcp.call("run_tool", {"vendor": "weather", "name": "fail", "input": {"reason": "no luck"}})
+    # WHEN it runs
+    run = admin.call("POST", f"/v1/approvals/{waiting['structuredContent']['run_id']}/approve").json_body
+    # THEN the run failed with the server's own words
+    assert run["status"] == "failed"
+    assert "no luck" in json.dumps(run["error"])
+
+
+def test_a_sync_publishes_new_versions_and_withdraws_what_the_server_dropped(admin: Admin, mcp: Mcp) -> None:
+    server = forecast_server()
+    with sdk_server(server) as url:
+        _register(admin, url)
+        # GIVEN the server changes: one tool gone, one new, one described anew
+        server.remove_tool("fail")
+
+        @server.tool()
+        def get_alerts(region: str) -> str:
+            """Severe weather alerts for a region."""
+            return "none"
+
+        server.remove_tool("create_note")
+
+        @server.tool(name="create_note")
+        def create_note_again(title: str, body: str) -> str:
+            """Create a note, now with a better description."""
+            return "ok"
+
+        # WHEN it is synced
+        answer = admin.call("POST", "/v1/upstreams/weather/sync")
+    # THEN the changes are versions, the dropped tool is unavailable, the rest unchanged
+    assert answer.status_code == 200, answer.body
+    assert _names(answer.json_body) == {"get-forecast": "unchanged", "create-note": "new_version",
+                                        "get-alerts": "published", "fail": "unavailable"}
+    call = mcp.call("run_tool", {"vendor": "weather", "name": "fail", "input": {"reason": "x"}})
+    assert call["structuredContent"]["error"]["code"] == "tool_unavailable"
+
+
+def test_a_server_that_cannot_be_reached_registers_nothing(admin: Admin) -> None:
+    with sdk_server() as url:
+        pass  # started and stopped: nothing listens there now
+    answer = _register(admin, url)
+    assert answer.status_code == 502
+    assert answer.json_body["error"]["code"] == "vendor_error"
+    assert admin.call("GET", "/v1/upstreams").json_body["items"] == []
+    assert admin.call("GET", "/v1/tools").json_body["items"] == []
+
+
+def test_a_server_gone_at_call_time_is_a_clear_tool_error(admin: Admin, mcp: Mcp) -> None:
+    with sdk_server() as url:
+        _register(admin, url)
+    mcpclient.forget_sessions()
+    result = mcp.call("run_tool", {"vendor": "weather", "name": "get-forecast", "input": {"city": "Oslo"}})
+    assert result["isError"] is True
+    assert result["structuredContent"]["error"]["code"] in ("vendor_error", "vendor_timeout")
+
+
+def test_a_failed_sync_is_remembered_and_a_second_registration_is_refused(admin: Admin) -> None:
+    with sdk_server() as url:
+        _register(admin, url)
+        assert _register(admin, url).status_code == 409
+    failed = admin.call("POST", "/v1/upstreams/weather/sync")
+    assert failed.status_code == 502
+    listed = admin.call("GET", "/v1/upstreams/weather").json_body
+    assert listed["last_sync"]["ok"] is False and listed["last_sync"]["message"]
+    assert admin.call("POST", "/v1/upstreams/nobody/sync").status_code == 404
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"vendor": "Bad Name", "url": "http://127.0.0.1:9/mcp"}, "vendor"),
+    ({"vendor": "w", "url": "ftp://127.0.0.1/mcp"}, "url"),
+    ({"vendor": "w", "url": "http://user:pw@127.0.0.1/mcp"}, "url"),
+    ({"vendor": "w", "url": "http://127.0.0.1:9/{x}"}, "url"),
+    ({"vendor": "w", "url": "http://127.0.0.1:9/mcp", "connection": "cn-none"}, "connection"),
+    ({"vendor": "w", "url": "http://127.0.0.1:9/mcp", "extra": 1}, "extra"),
+])
+def test_bad_registrations_are_refused_naming_the_field(admin: Admin, body: dict[str, Any], field: str) -> None:
+    answer = admin.call("POST", "/v1/upstreams", body)
+    assert (answer.status_code, answer.json_body["error"]["field"]) == (400, field)
+    assert admin.call("GET", "/v1/upstreams").json_body["items"] == []
+
+
+@pytest.fixture
+def hostile() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """A handshake-era server listing a good tool, a tool with an unusable schema and a nameless
+    one; it records the headers of every request."""
+    seen: list[dict[str, str]] = []
+    tools = [{"name": "echo", "description": "Echo text back.", "inputSchema": {"type": "object"}},
+             {"name": "bad", "inputSchema": {"type": "object", "properties": {"a": {"pattern": "(?=x)"}}}},
+             {"description": "no name"}]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append({name.lower(): value for name, value in self.headers.items()})
+            method = message["method"]
+            if method == "server/discover":
+                self._answer(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
+            elif method == "notifications/initialized":
+                self._answer(202, None)
+            else:
+                value = {"initialize": {"protocolVersion": "2025-11-25", "capabilities": {}},
+                         "tools/list": {"tools": tools},
+                         "tools/call": {"content": [{"type": "text", "text": "echoed"}]}}[method]
+                self._answer(200, {"jsonrpc": "2.0", "id": message["id"], "result": value})
+
+        def _answer(self, status: int, body: Any) -> None:
+            raw = json.dumps(body).encode() if body is not None else b""
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with serving(Handler) as base:
+        yield f"{base}/mcp", seen
+
+
+def test_a_servers_unusable_tools_are_skipped_with_why_and_its_credential_travels(admin: Admin, mcp: Mcp,
+                                                                                  hostile: Any) -> None:
+    url, seen = hostile
+    connection = admin.call("POST", "/v1/connections", {"vendor": "echoes", "hosts": [url.split("/")[2]],
+                                                        "auth": {"type": "bearer", "token": "tok-123456"}})
+    answer = _register(admin, url, vendor="echoes", connection=connection.json_body["id"]).json_body
+    outcomes = {line["name"]: (line["outcome"], line.get("reason", "")) for line in answer["sync"]["tools"]}
+    assert outcomes["echo"] == ("published", "")
+    assert outcomes["bad"][0] == "skipped" and "RE2" in outcomes["bad"][1]
+    assert outcomes["tool-2"] == ("skipped", "the server listed a tool without a valid name")
+    # WHEN the published tool is called, the connection's credential goes with every request
+    waiting = mcp.call("run_tool", {"vendor": "echoes", "name": "echo", "input": {}})
+    run = admin.call("POST", f"/v1/approvals/{waiting['structuredContent']['run_id']}/approve").json_body
+    assert run["result"]["content"] == [{"type": "text", "text": "echoed"}]
+    assert {headers.get("authorization") for headers in seen} == {"Bearer tok-123456"}
+    assert "tok-123456" not in json.dumps(run)
+
+
+def test_the_everything_server_is_a_vendor_too(admin: Admin, mcp: Mcp, everything_url: str) -> None:
+    # WHEN the npm reference server is registered
+    answer = _register(admin, everything_url, vendor="everything").json_body
+    # THEN its tools are published (it speaks the handshake era) and its echo answers
+    assert answer["revision"] == "2025-11-25"
+    assert _names(answer)["echo"] == "published"
+    echo = admin.call("GET", "/v1/tools/everything/echo").json_body["versions"][-1]
+    assert echo["annotations"]["readOnlyHint"] is True  # so it runs without a person
+    result = mcp.call("run_tool", {"vendor": "everything", "name": "echo", "input": {"message": "hello"}})
+    assert result["isError"] is False, result
+    assert "hello" in result["content"][0]["text"]
+
+
+def test_the_sweep_queues_an_hourly_sync_of_each_server(admin: Admin, client: Client, notes: Any) -> None:
+    _register(admin, notes[0])
+    # GIVEN a sweep within the hour: nothing to sync
+    sweep_at(admin, utcnow() + timedelta(minutes=30))
+    assert take_bodies(settings().sweep_queue) == []
+    # WHEN a sweep runs more than an hour after the last sync
+    sweep_at(admin, utcnow() + timedelta(hours=2))
+    messages = take_bodies(settings().sweep_queue)
+    # THEN the server is handed to the work queue, and the worker syncs it
+    assert messages == [{"type": "sync_upstream", "account_id": messages[0]["account_id"], "vendor": "weather"}]
+    before = admin.call("GET", "/v1/upstreams/weather").json_body["synced_at"]
+    work(client, messages)
+    after = admin.call("GET", "/v1/upstreams/weather").json_body
+    assert after["synced_at"] > before and after["last_sync"]["ok"] is True
