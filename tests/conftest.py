@@ -7,12 +7,12 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 # The environment must be fake before anything imports boto3, pynamodb or the settings.
 os.environ.pop("AWS_ENDPOINT_URL", None)
@@ -310,3 +310,26 @@ def vendor() -> Iterator[Vendor]:
     release.set()
     server.shutdown()
     server.server_close()
+
+
+T = TypeVar("T")
+
+
+def within(seconds: float, work: Callable[[], T]) -> T:
+    """Run `work` in a worker thread; fail instead of hanging if it has not finished in time."""
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, work()))
+        except Exception as error:  # noqa: BLE001 - handed back to the test's thread
+            outcome.append((False, error))
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still running after {seconds} s"
+    finished, value = outcome[0]
+    if not finished:
+        raise value
+    return value

@@ -8,18 +8,17 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from chalicelib import openapi, toolbox
 from chalicelib.errors import InvalidInput
 from chalicelib.openapi import Candidate
+from tests.conftest import within
 
-T = TypeVar("T")
 DOCUMENTS = Path(__file__).resolve().parent / "openapi_documents"
 SERVER = "https://api.example.test/v1"
 HANG_GUARD = 30.0  # seconds; a hang guard, not a speed claim (an expanded alias bomb runs for hours)
@@ -88,26 +87,6 @@ def _refused(work: Callable[[], Any], *words: str) -> str:
     for word in words:
         assert word in caught.value.message, caught.value.message
     return caught.value.message
-
-
-def _within(seconds: float, work: Callable[[], T]) -> T:
-    """Run `work` in a worker thread; fail instead of hanging if it has not finished in time."""
-    outcome: list[tuple[bool, Any]] = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, work()))
-        except Exception as error:  # noqa: BLE001 - handed back to the test's thread
-            outcome.append((False, error))
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    assert not worker.is_alive(), f"still running after {seconds} s"
-    finished, value = outcome[0]
-    if not finished:
-        raise value
-    return value
 
 
 # Reading ----------------------------------------------------------------------------------------
@@ -205,7 +184,7 @@ def test_a_yaml_alias_bomb_is_refused_without_expanding_it() -> None:
     text = "openapi: 3.0.3\npaths: {}\nx-bomb:\n" + "".join(f"  {line}\n" for line in levels)
 
     # WHEN it is read THEN it is refused, after measuring each anchor once
-    message = _within(HANG_GUARD, lambda: _refused(lambda: openapi.read_document(text), "5,000,000 values"))
+    message = within(HANG_GUARD, lambda: _refused(lambda: openapi.read_document(text), "5,000,000 values"))
     assert "alias" in message
 
 
@@ -719,7 +698,7 @@ def test_fan_out_past_the_inline_budget_falls_back_to_defs() -> None:
     document = _doubling(40)
 
     # WHEN it is converted THEN it is built with $defs, one entry per schema
-    schema = _within(HANG_GUARD, lambda: _definition(document, "POST /s"))["input_schema"]
+    schema = within(HANG_GUARD, lambda: _definition(document, "POST /s"))["input_schema"]
     assert schema["properties"]["left"] == {"$ref": "#/$defs/L1"}
     assert len(schema["$defs"]) == 40
 

@@ -5,9 +5,8 @@ request to the local server, an answer instead of a crash or a hang)."""
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import jsonschema
 import pytest
@@ -15,9 +14,8 @@ import pytest
 from chalicelib import schemas
 from chalicelib.errors import InvalidInput
 from chalicelib.validation import check_instance
-from tests.conftest import Admin, Mcp, Vendor, tool_spec
+from tests.conftest import Admin, Mcp, Vendor, tool_spec, within
 
-T = TypeVar("T")
 HANG_GUARD = 30.0  # seconds; a hang guard, not a speed claim (Python's re would run for hours)
 CATASTROPHIC = "^(a+)+$"
 EVIL_TEXT = "a" * 40 + "!"
@@ -43,26 +41,6 @@ def _assert_refused(admin: Admin, response: Any, *words: str) -> None:
     for word in words:
         assert word in error["message"], error["message"]
     assert admin.call("GET", "/v1/tools").json_body["items"] == []
-
-
-def _within(seconds: float, work: Callable[[], T]) -> T:
-    """Run `work` in a worker thread; fail instead of hanging if it has not finished in time."""
-    outcome: list[tuple[bool, Any]] = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, work()))
-        except Exception as error:  # handed back to the test's thread
-            outcome.append((False, error))
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    assert not worker.is_alive(), f"still running after {seconds} s"
-    finished, value = outcome[0]
-    if not finished:
-        raise value
-    return value
 
 
 def _doubling_refs(levels: int) -> dict[str, Any]:
@@ -211,7 +189,7 @@ def test_a_cycle_that_bypassed_publish_is_invalid_input_not_a_crash(hostile: dic
     # GIVEN a stored schema that recurses on the same value forever
     # WHEN an input is checked against it
     with pytest.raises(InvalidInput) as refused:
-        _within(HANG_GUARD, lambda: check_instance(hostile, {"a": 1}))
+        within(HANG_GUARD, lambda: check_instance(hostile, {"a": 1}))
     # THEN the recursion ends as invalid_input
     assert refused.value.field == "input"
     assert "nested too deeply" in refused.value.message
@@ -236,7 +214,7 @@ def test_work_past_the_budget_is_invalid_input() -> None:
     hostile = _doubling_refs(30)
     # WHEN an input is checked against it
     with pytest.raises(InvalidInput) as refused:
-        _within(HANG_GUARD, lambda: check_instance(hostile, {"a": "x"}))
+        within(HANG_GUARD, lambda: check_instance(hostile, {"a": "x"}))
     # THEN the check stops at its budget
     assert refused.value.message == "input: is too large or complex to check against the tool's schema"
 
@@ -265,7 +243,7 @@ def test_a_catastrophic_pattern_answers_invalid_input_without_hanging(admin: Adm
     # GIVEN a published tool whose pattern backtracks exponentially under Python's re
     assert _publish(admin, _with_customer({"type": "string", "pattern": CATASTROPHIC})).status_code == 201
     # WHEN it is called with the input that triggers the backtracking, in a worker thread
-    result = _within(HANG_GUARD, lambda: mcp.call("run_tool", {
+    result = within(HANG_GUARD, lambda: mcp.call("run_tool", {
         "vendor": "unleashed", "name": "list-sales-orders", "input": {"customer": EVIL_TEXT}}))
     # THEN it answers invalid_input naming the field
     assert result["isError"] is True
@@ -286,7 +264,7 @@ def test_a_catastrophic_pattern_answers_invalid_input_without_hanging(admin: Adm
 def test_patterns_on_property_names_run_on_re2(schema: dict[str, Any], valid: bool) -> None:
     # GIVEN a schema matching property names against a catastrophic pattern
     # WHEN an input whose property name triggers the backtracking is checked, in a worker thread
-    answer = _within(HANG_GUARD, lambda: schemas.best_error(schema, {EVIL_TEXT: 1}))
+    answer = within(HANG_GUARD, lambda: schemas.best_error(schema, {EVIL_TEXT: 1}))
     # THEN it answers (the name does not match) instead of hanging
     assert (answer is None) is valid
 
@@ -318,7 +296,7 @@ def test_a_pattern_too_costly_for_the_text_is_invalid_input() -> None:
     text = "".join(random.Random(1).choice("ab") for _ in range(200_000))
     # WHEN the string is checked
     with pytest.raises(InvalidInput) as refused:
-        _within(HANG_GUARD, lambda: check_instance(_with_customer({"type": "string", "pattern": pattern}),
+        within(HANG_GUARD, lambda: check_instance(_with_customer({"type": "string", "pattern": pattern}),
                                                    {"customer": text}))
     # THEN the work budget refuses it before running
     assert "too large or complex" in refused.value.message
@@ -331,7 +309,7 @@ def test_unique_items_over_ten_thousand_objects_answers_without_hanging() -> Non
     schema = _object(properties={"xs": {"type": "array", "uniqueItems": True}})
     items = [{"id": index, "tags": ["a", index]} for index in range(10_000)]
     # WHEN they are checked
-    answer = _within(HANG_GUARD, lambda: schemas.best_error(schema, {"xs": items}))
+    answer = within(HANG_GUARD, lambda: schemas.best_error(schema, {"xs": items}))
     # THEN they are valid
     assert answer is None
 
