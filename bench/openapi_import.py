@@ -120,9 +120,9 @@ def main() -> None:
 
         from app import app
         from chalicelib import accounts, openapi
-        from chalicelib.openapi.operations import METHODS
         from chalicelib.clock import utcnow
         from chalicelib.config import settings
+        from chalicelib.openapi.operations import METHODS
         from chalicelib.store import queues
         from chalicelib.store.tables import create_all
         from tests.books import take_bodies, work
@@ -163,7 +163,7 @@ def _served(document: bytes) -> Iterator[str]:
     from tests.conftest import serving
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(document)))

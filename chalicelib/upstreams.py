@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -26,6 +26,7 @@ from chalicelib.store.records import Page, Upstream
 from chalicelib.toolbox import NAME_PATTERN, checked_url
 from chalicelib.validation import parse
 
+T = TypeVar("T")
 SYNC = "sync_upstream"  # the work queue message that syncs one server
 SYNC_EVERY = timedelta(hours=1)
 SYNCED_BY = "sweep"  # who published the versions an hourly sync brings (never an agent)
@@ -110,7 +111,7 @@ def handle_sync(message: dict[str, Any], now: datetime) -> None:
     tried again an hour later, not retried by the queue."""
     try:
         sync(str(message["account_id"]), str(message["vendor"]), SYNCED_BY, now)
-    except (NotFound, WorksetError) as error:
+    except WorksetError as error:  # the server's fault (remembered by `sync`), or the server is gone
         log.event("upstream.sync_failed", account_id=message.get("account_id"), vendor=message.get("vendor"),
                   error_code=error.code)
 
@@ -155,22 +156,26 @@ def _list_tools(upstream: Upstream) -> tuple[str, list[Any]]:
 
 def _definition(upstream: Upstream, own: str, name: str, tool: dict[str, Any]) -> dict[str, Any]:
     """The ToolSpec payload of one listed tool (ToolSpec judges it: a bad schema is skipped)."""
-    description = tool.get("description") if isinstance(tool.get("description"), str) else ""
-    title = tool.get("title") if isinstance(tool.get("title"), str) else None
-    hints = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
+    hints = _typed(tool, "annotations", dict) or {}
     annotations: dict[str, Any] = {hint: hints[hint] for hint in _HINTS if isinstance(hints.get(hint), bool)}
-    title = title or (hints.get("title") if isinstance(hints.get("title"), str) else None)
+    title = _typed(tool, "title", str) or _typed(hints, "title", str)
     if title:
         annotations["title"] = title[:200]
+    description = (_typed(tool, "description", str) or "").strip()
     definition = {
-        "vendor": upstream.vendor, "name": name,
-        "description": (description.strip() or title or own)[:4000],
+        "vendor": upstream.vendor, "name": name, "description": (description or title or own)[:4000],
         "input_schema": tool.get("inputSchema"), "annotations": annotations,
         "upstream": {"upstream": upstream.vendor, "url": upstream.url, "tool": own},
     }
-    if isinstance(tool.get("outputSchema"), dict):
-        definition["output_schema"] = tool["outputSchema"]
+    if (output := _typed(tool, "outputSchema", dict)) is not None:
+        definition["output_schema"] = output
     return definition
+
+
+def _typed(holder: dict[str, Any], key: str, kind: type[T]) -> T | None:
+    """`holder[key]` when it is a `kind` (what a server sends is not to be trusted), else None."""
+    value = holder.get(key)
+    return value if isinstance(value, kind) else None
 
 
 def _slug(own: str) -> str:

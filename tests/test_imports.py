@@ -197,7 +197,7 @@ def document_server(vendor: Vendor) -> Iterator[dict[str, Any]]:
     served: dict[str, Any] = {"body": _document(vendor).replace(vendor.url, "/api").encode(), "status": 200}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             self.send_response(served["status"])
             self.send_header("Content-Length", str(len(served["body"])))
             self.end_headers()

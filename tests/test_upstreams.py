@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from chalice.test import Client
-from mcp.server.mcpserver import MCPServer
 
 from chalicelib import mcpclient
 from chalicelib.clock import utcnow
@@ -202,7 +201,7 @@ def hostile() -> Iterator[tuple[str, list[dict[str, str]]]]:
              {"description": "no name"}]
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:
             message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append({name.lower(): value for name, value in self.headers.items()})
             method = message["method"]

@@ -210,9 +210,10 @@ def _batches(items: Sequence[Any], size: Any, *, tools: int = BATCH_TOOLS) -> It
 
 
 def _fields(account_id: str, record: ToolVersion) -> dict[str, Any]:
-    return dict(account_id=account_id, vendor=record.vendor, name=record.name, version=record.version,
-                definition=record.definition, published_at=record.published_at, published_by=record.published_by,
-                vector=record.vector, vector_version=record.vector_version, origin=record.origin)
+    return {"account_id": account_id, "vendor": record.vendor, "name": record.name, "version": record.version,
+            "definition": record.definition, "published_at": record.published_at,
+            "published_by": record.published_by, "vector": record.vector, "vector_version": record.vector_version,
+            "origin": record.origin}
 
 
 def _record(item: ToolboxItem) -> ToolVersion:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from pynamodb.exceptions import DoesNotExist
 
@@ -43,7 +43,8 @@ def list_all(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
 def list_fleet() -> list[Upstream]:
     """Every registered server of every account (the hourly sync's list): SHARDS queries of the
     sparse `upstreams` index, whatever the size of the toolboxes."""
-    return [_record(item) for label in range(SHARDS) for item in UpstreamItem.by_shard.query(f"s{label}")]
+    return [_record(cast(UpstreamItem, item)) for label in range(SHARDS)
+            for item in UpstreamItem.by_shard.query(f"s{label}")]
 
 
 def record_sync(account_id: str, vendor: str, now: datetime, outcome: dict[str, Any], revision: str | None) -> None:
