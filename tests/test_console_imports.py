@@ -364,3 +364,17 @@ def test_register_and_sync_without_the_sessions_token_change_nothing(console: Co
     assert [answer.status_code for answer in forged] == [403, 403]
     assert [item["vendor"] for item in admin.call("GET", "/v1/upstreams").json_body["items"]] == ["forecast"]
     assert admin.call("GET", "/v1/upstreams/forecast").json_body["synced_at"] == synced_at
+
+
+def test_a_waiting_call_of_a_server_tool_shows_what_it_will_call(console: Console, admin: Admin, client: Client,
+                                                                  sdk_url: str) -> None:
+    # GIVEN a registered server whose write tool an agent called
+    from tests.conftest import Mcp
+
+    admin.call("POST", "/v1/upstreams", {"vendor": "forecast", "url": sdk_url})
+    mcp = Mcp(client, admin.create_agent()["api_key"])
+    waiting = mcp.call("run_tool", {"vendor": "forecast", "name": "create-note", "input": {"title": "t", "body": "b"}})
+    # WHEN a person opens the approval
+    page = text(console.get(f"/console/approvals/{waiting['structuredContent']['run_id']}"))
+    # THEN it says which server and which of its tools the call will reach
+    assert f"MCP tools/call create_note at {html.escape(sdk_url)}" in page
