@@ -38,6 +38,7 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,30}$"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 MCP_METHOD = "tools/call"  # the request shape's method for an MCP server's tool
 PUBLISH_ATTEMPTS = 3
+MORE_COUNTED = 500  # a search counts this many hits past its limit, at most
 INLINE_VECTORS = 64  # search vectors computed within one request (about 15 ms each); more go to the work queue
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]{0,63})\}")
 STRAY_BRACE = re.compile(r"[{}]")
@@ -475,10 +476,11 @@ _indexes: dict[str, _CachedIndex] = {}
 _building = threading.Lock()  # one build at a time: a burst of searches on a cold index waits for one
 
 
-def search(account_id: str, query: str, limit: int) -> list[Tool]:
-    """Ranked tools for a query. A warm instance reuses its index while the toolbox is unchanged
-    (one read of the toolbox's revision); a publish anywhere moves the revision on. Concurrent
-    searches on a stale index (the threaded local server) build it once, not once each."""
+def search(account_id: str, query: str, limit: int) -> tuple[list[Tool], int]:
+    """The best `limit` tools for a query, and how many more matched (counted up to
+    MORE_COUNTED). A warm instance reuses its index while the toolbox is unchanged (one read of
+    the toolbox's revision); a publish anywhere moves the revision on. Concurrent searches on a
+    stale index (the threaded local server) build it once, not once each."""
     revision = tool_store.toolbox_revision(account_id)
     cached = _indexes.get(account_id)
     if cached is None or cached.revision != revision:
@@ -486,7 +488,8 @@ def search(account_id: str, query: str, limit: int) -> list[Tool]:
             cached = _indexes.get(account_id)
             if cached is None or cached.revision != revision:
                 cached = _indexes[account_id] = _build_index(account_id, revision)
-    return [cached.tools[key] for key, _ in cached.index.search(query, limit)]
+    hits = cached.index.search(query, limit + MORE_COUNTED)
+    return [cached.tools[key] for key, _ in hits[:limit]], max(len(hits) - limit, 0)
 
 
 def _build_index(account_id: str, revision: int) -> _CachedIndex:

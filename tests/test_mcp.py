@@ -122,7 +122,9 @@ def test_find_tool_ranks_hits_with_promoted_flag_and_hints(admin: Admin, mcp: Mc
     # THEN each hit says whether it is promoted and what it may do
     assert hits[0] == {"vendor": "unleashed", "name": "list-sales-orders", "promoted": True,
                        "readOnlyHint": True, "destructiveHint": False,
-                       "description": "List sales orders in Unleashed, filtered by customer.", "available": True}
+                       "description": "List sales orders in Unleashed, filtered by customer.",
+                       "input_schema": tool_spec()["input_schema"], "searchHint": "unleashed list sales orders",
+                       "available": True}
     assert notion[0]["name"] == "create-page"
     assert (notion[0]["promoted"], notion[0]["readOnlyHint"]) == (False, False)
 

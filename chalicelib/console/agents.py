@@ -174,7 +174,7 @@ def _picker(ctx: Ctx, state: AgentState, every_tool: list[Tool]) -> list[Tool]:
     of the toolbox that are not in the set."""
     query = ctx.params.get("find", "").strip()
     if query:
-        return toolbox.search(ctx.account_id, query, PICKER_SIZE)
+        return toolbox.search(ctx.account_id, query, PICKER_SIZE)[0]
     return [tool for tool in every_tool if state.promotion(*tool.key) is None][:PICKER_SIZE]
 
 

@@ -19,7 +19,8 @@ def tools(ctx: Ctx) -> Response:
     query = ctx.params.get("q", "").strip()
     next_cursor = None
     if query:
-        heads = [tool.version for tool in toolbox.search(ctx.account_id, query, SEARCH_LIMIT)]
+        found, _ = toolbox.search(ctx.account_id, query, SEARCH_LIMIT)
+        heads = [tool.version for tool in found]
     else:
         listing = toolbox.page(ctx.account_id, limit=PAGE_SIZE, cursor=ctx.params.get("cursor"))
         heads, next_cursor = listing.items, listing.next

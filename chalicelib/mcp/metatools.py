@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from chalicelib import runs, toolbox, workingset
+from chalicelib import jsontext, runs, toolbox, workingset
 from chalicelib.errors import ConnectionNotInScope, ToolUnavailable
 from chalicelib.vendor import Outcome
 from chalicelib.store.records import AgentState
@@ -19,6 +19,10 @@ from chalicelib.validation import parse
 from chalicelib.workingset import Cause, PromotedBy
 
 SEPARATOR = "__"
+ALWAYS_LOAD = "anthropic/alwaysLoad"
+SEARCH_HINT = "anthropic/searchHint"
+SEARCH_HINT_CHARS = 120
+ALWAYS_LOAD_BYTES = 40_000  # ~10k tokens at 4 bytes a token: half of Claude Code's deferral threshold
 DESCRIPTION_LINE = 200
 FIND_LIMIT_DEFAULT = 10
 FIND_LIMIT_MAX = 50
@@ -73,6 +77,7 @@ class MetaTool:
     args: type[BaseModel]
     annotations: dict[str, Any]
     handler: Callable[[Call, Any], Outcome]
+    hint: str = ""  # anthropic/searchHint: what a host's own tool search matches
 
     @cached_property
     def definition(self) -> dict[str, Any]:
@@ -82,21 +87,61 @@ class MetaTool:
         for prop in schema.get("properties", {}).values():
             prop.pop("title", None)
         return {"name": self.name, "description": self.description, "inputSchema": schema,
-                "annotations": self.annotations}
+                "annotations": self.annotations, "_meta": host_meta(self.hint)}
 
 
 def tool_definition(tool: Tool) -> dict[str, Any]:
-    """The MCP definition of a promoted tool: `vendor__name` and the newest version's spec."""
+    """The MCP definition of a promoted tool: `vendor__name` and the newest version's spec, marked
+    for hosts to load up front (`host_meta`)."""
     spec = tool.spec
     definition: dict[str, Any] = {
         "name": f"{spec.vendor}{SEPARATOR}{spec.name}",
         "description": spec.description,
         "inputSchema": spec.input_schema,
         "annotations": spec.annotations.model_dump(exclude_none=True),
+        "_meta": host_meta(search_hint(tool)),
     }
     if spec.output_schema is not None:
         definition["outputSchema"] = spec.output_schema
     return definition
+
+
+def listed(promoted: list[Tool]) -> list[dict[str, Any]]:
+    """An agent's tools/list: the meta-tools, then its promoted tools. Every one loads up front in
+    hosts that defer MCP tools, until the list reaches ALWAYS_LOAD_BYTES (half of what makes
+    Claude Code defer: 10% of a 200k-token context); tools past that carry only their search hint,
+    so a host may defer them behind its own search (they stay callable). At the default cap of 20
+    a list of real tools is about 6k tokens: all of it loads (bench/host_footprint.py)."""
+    definitions = [meta.definition for meta in META_TOOLS.values()]
+    size = sum(map(_size, definitions))
+    for tool in promoted:
+        definition = tool_definition(tool)
+        size += _size(definition)
+        if size > ALWAYS_LOAD_BYTES:
+            definition["_meta"] = {SEARCH_HINT: definition["_meta"][SEARCH_HINT]}
+        definitions.append(definition)
+    return definitions
+
+
+def _size(definition: dict[str, Any]) -> int:
+    return len(jsontext.dumps(definition))
+
+
+def host_meta(hint: str) -> dict[str, Any]:
+    """What hosts that defer MCP tools behind their own tool search read from a tool's `_meta`.
+    Claude Code loads a tool up front only when `anthropic/alwaysLoad` is true, and matches a
+    deferred one by its `anthropic/searchHint` (its MCP client maps `_meta["anthropic/alwaysLoad"]
+    === true` to alwaysLoad and a string `_meta["anthropic/searchHint"]` to searchHint). A working
+    set is the agent's chosen few: every tool in it, and every meta-tool, is first-class."""
+    return {ALWAYS_LOAD: True, SEARCH_HINT: hint}
+
+
+def search_hint(tool: Tool) -> str:
+    """A short phrase a host's tool search can match: the vendor, the name's words, the title."""
+    words = [tool.spec.vendor, tool.spec.name.replace("-", " ")]
+    if tool.spec.annotations.title:
+        words.append(tool.spec.annotations.title)
+    return " ".join(words)[:SEARCH_HINT_CHARS]
 
 
 def split_name(tool_name: str) -> tuple[str, str] | None:
@@ -107,14 +152,14 @@ def split_name(tool_name: str) -> tuple[str, str] | None:
 
 def _find_tool(call: Call, raw: Any) -> Outcome:
     args = parse(FindToolArgs, raw)
-    found = toolbox.search(call.state.agent.account_id, args.query, args.limit)
+    found, more = toolbox.search(call.state.agent.account_id, args.query, args.limit)
     hits = [_hit(call.state, tool) for tool in found]
     if not hits:
         return Outcome(structured={
-            "hits": [],
+            "hits": [], "more": 0,
             "message": f"No tool in the toolbox matches {args.query!r}. If none exists, author one with acquire.",
         })
-    return Outcome(structured={"hits": hits})
+    return Outcome(structured={"hits": hits, "more": more})
 
 
 def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
@@ -127,6 +172,8 @@ def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
         "readOnlyHint": bool(spec.annotations.readOnlyHint),
         "destructiveHint": spec.annotations.destructiveHint is not False and not spec.annotations.readOnlyHint,
         "description": line if len(line) <= DESCRIPTION_LINE else line[: DESCRIPTION_LINE - 1] + "…",
+        "input_schema": spec.input_schema,  # enough to run_tool it at once, without a promote
+        "searchHint": search_hint(tool),
         "available": True,
     }
     if tool.version.unavailable:
@@ -188,11 +235,13 @@ META_TOOLS: dict[str, MetaTool] = {
         MetaTool(
             "find_tool",
             "Search the whole toolbox (promoted and demoted tools) by vendor, name and description. "
-            "Answers ranked hits with vendor, name, whether each is promoted for you, and its hints. "
-            "Call this before acquire.",
+            "Answers ranked hits with vendor, name, whether each is promoted for you, its hints and its "
+            "input schema (enough to call it with run_tool at once), and how many more matched. Pass the "
+            "user's whole request when it needs several tools. Call this before acquire.",
             FindToolArgs,
             {"readOnlyHint": True, "openWorldHint": False},
             _find_tool,
+            hint="search find discover tools toolbox capability",
         ),
         MetaTool(
             "promote",
@@ -201,6 +250,7 @@ META_TOOLS: dict[str, MetaTool] = {
             ToolRef,
             _WORKING_SET,
             _promote,
+            hint="add tool to my list working set",
         ),
         MetaTool(
             "demote",
@@ -209,6 +259,7 @@ META_TOOLS: dict[str, MetaTool] = {
             ToolRef,
             _WORKING_SET,
             _demote,
+            hint="remove tool from my list working set",
         ),
         MetaTool(
             "run_tool",
@@ -217,6 +268,7 @@ META_TOOLS: dict[str, MetaTool] = {
             RunToolArgs,
             {"readOnlyHint": False, "openWorldHint": True},
             _run_tool,
+            hint="call run use a toolbox tool once",
         ),
         MetaTool(
             "acquire",
@@ -227,6 +279,7 @@ META_TOOLS: dict[str, MetaTool] = {
             ToolSpec,
             {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": False},
             _acquire,
+            hint="author create publish new tool http request",
         ),
         MetaTool(
             "get_run",
@@ -235,6 +288,7 @@ META_TOOLS: dict[str, MetaTool] = {
             GetRunArgs,
             {"readOnlyHint": True, "openWorldHint": False},
             _get_run,
+            hint="check run status result approval",
         ),
     )
 }

@@ -14,7 +14,7 @@ from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
 from chalicelib.mcp import protocol, tasks
-from chalicelib.mcp.metatools import INSTRUCTIONS, META_TOOLS, Call, split_name, tool_definition
+from chalicelib.mcp.metatools import INSTRUCTIONS, META_TOOLS, Call, listed, split_name
 from chalicelib.mcp.protocol import (
     HANDSHAKE_PROTOCOL_VERSIONS,
     INVALID_PARAMS,
@@ -148,9 +148,7 @@ def _ping(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
 
 
 def _list_tools(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
-    tools = [meta.definition for meta in META_TOOLS.values()]
-    tools += [tool_definition(tool) for tool in workingset.promoted_tools(state)]
-    result: dict[str, Any] = {"tools": tools}
+    result: dict[str, Any] = {"tools": listed(workingset.promoted_tools(state))}
     if request.modern:
         result.update(ttlMs=LIST_TTL_MS, cacheScope="private")
     return result
