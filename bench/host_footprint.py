@@ -5,7 +5,7 @@ host with its own tool search (Claude Code) starts deferring MCP tools.
 
 Tool definitions are LiveMCPBench's 526 real MCP tools (their own descriptions and input
 schemas) as Workset lists them first-class (`tool_definition`: name, description, schema,
-annotations and the hosts' `_meta`), beside the six meta-tools. Tokens are estimated as bytes of
+annotations and the hosts' `_meta`), beside the meta-tools. Tokens are estimated as bytes of
 compact JSON / 4, the rule the console's footprint card uses. Claude Code defers MCP tools once
 their definitions pass 10% of the context window (ENABLE_TOOL_SEARCH=auto): 20,000 tokens of a
 200k window. Workset marks every listed tool alwaysLoad, so none of them is deferred; the figure
@@ -43,7 +43,7 @@ def main() -> None:
     sizes = [len(json.dumps(tool_definition(tool), separators=(",", ":"))) for tool in tools]
     meta = len(json.dumps([m.definition for m in META_TOOLS.values()], separators=(",", ":")))
     print(f"{len(tools)} real MCP tool definitions (LiveMCPBench); per tool: median {statistics.median(sizes)} B, "
-          f"p90 {sorted(sizes)[int(0.9 * len(sizes))]} B; the six meta-tools: {meta} B = {meta // BYTES_PER_TOKEN} tokens")
+          f"p90 {sorted(sizes)[int(0.9 * len(sizes))]} B; the {len(META_TOOLS)} meta-tools: {meta} B = {meta // BYTES_PER_TOKEN} tokens")
     print(f"{'cap':>5} {'median-sized set':>18} {'random set (median of 200)':>28} {'share of 20k':>13}")
     rng = random.Random(13)
     for cap in CAPS:

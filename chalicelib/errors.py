@@ -85,6 +85,28 @@ class Conflict(WorksetError):
     status = 409
 
 
+class NotPromoted(Conflict):
+    """The tool is in the toolbox but not in the agent's working set (pinning needs a promoted
+    tool: promote it first, or promote it with `pinned: true`)."""
+
+    code = "not_promoted"
+
+    def __init__(self, vendor: str, name: str) -> None:
+        super().__init__(f"{vendor}/{name} is not in this agent's working set; promote it first "
+                         "(promote with pinned: true does both)")
+
+
+class PinLimit(Conflict):
+    """The agent already has as many pinned tools as its cap allows (`workingset.pin_limit`)."""
+
+    code = "pin_limit"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"this agent may pin at most {limit} tool{'' if limit == 1 else 's'} (half its cap, at "
+                         "least one) and has that many pinned; unpin one first")
+        self.limit = limit
+
+
 class VendorError(WorksetError):
     """The vendor answered with a failure, or did not answer in time."""
 

@@ -86,18 +86,21 @@ def _call_checked(state: AgentState, tool: Tool, arguments: dict[str, Any], *, d
         return vendor.failure(ToolDenied(
             f"a person denied this agent's calls of {vendor_name}/{name}; the denial stands until a person "
             "withdraws it in the console"))
-    # a call is a use of a promoted tool: its idle deadline moves to a window from now
-    use_due_at = idle_deadline(state, now) if state.promotion(vendor_name, name) is not None else None
+    # a call is a use of a promoted tool: its idle deadline moves to a window from now (a pinned
+    # tool records the use but stays out of the sweep's due index)
+    promotion = state.promotion(vendor_name, name)
+    use_due_at = idle_deadline(state, now) if promotion is not None else None
+    pinned = promotion is not None and promotion.pinned
     if tool.spec.writes and not dry_run and standing != ALLOW:
         lease = now + timedelta(seconds=settings().approval_ttl_seconds)
         run = _new_run(state, tool, arguments, AWAITING, lease, now, dry_run=False)
-        _start(run, use_due_at)
+        _start(run, use_due_at, pinned=pinned)
         log.note(run_id=run.run_id)
         log.event("run.awaiting_approval", metrics=[log.Metric("RunsAwaitingApproval", 1)], run_id=run.run_id,
                   agent_id=run.agent_id, account_id=run.account_id, vendor=run.vendor, tool=run.name)
         return waiting(run)
     run = _new_run(state, tool, arguments, RUNNING, now + _running_lease(), now, dry_run=dry_run)
-    _start(run, use_due_at)
+    _start(run, use_due_at, pinned=pinned)
     return _execute(run, tool)
 
 
@@ -354,11 +357,11 @@ def _prepare(run: Run, tool: Tool) -> tuple[vendor.Request, float]:
     return vendor.build(tool, run.input, credential), timeout
 
 
-def _start(run: Run, use_due_at: datetime | None) -> None:
+def _start(run: Run, use_due_at: datetime | None, *, pinned: bool = False) -> None:
     """Record the run and take its lease before anything is sent; a store failing past its retries
     is a clean error that says the vendor was not called."""
     try:
-        run_store.start(run, use_due_at=use_due_at)
+        run_store.start(run, use_due_at=use_due_at, pinned=pinned)
     except Exception as error:
         log.failure("run.start_failed", error, run_id=run.run_id, agent_id=run.agent_id)
         raise StoreUnavailable("Workset could not record the call, so the vendor was not called; "

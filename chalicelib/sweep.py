@@ -1,8 +1,10 @@
 """The rule: every five minutes, for each agent with something due, demote what it left idle,
-then what exceeds its cap; never while it has a run in flight.
+then what exceeds its cap; never while it has a run in flight, and never a pinned tool (pinned
+tools count toward the cap, but the cap's candidates skip them; only a revoked connection demotes
+one; see `workingset` for pins).
 
 Finding the work costs the same for 10 agents or 100,000: only promotions whose idle deadline
-has passed (the sharded `due` index), agents flagged for a whole review (the sparse
+has passed (the sharded `due` index, which pinned promotions leave: the sweep never reads them), agents flagged for a whole review (the sparse
 `to_review` index: over the cap, settings changed, a connection revoked) and agents with an
 unannounced change (the sparse `outbox` index) are read, and the registered MCP servers (the
 sparse `upstreams` index, to sync them hourly): 4 x SHARDS = 16 queries when nothing is due. Each agent found costs one Query plus one transaction per demotion, so a sweep with D
@@ -12,13 +14,15 @@ one Lambda should handle go out in batches to workers (`dispatch`).
 The guard, as a timeline of one demotion (the condition is evaluated by DynamoDB in the same
 transaction that removes the promotion, counts the set and appends the history event):
 
-    sweep reads agent A: lease_rev = 7, no unexpired lease, tool T last used at L
+    sweep reads agent A: lease_rev = 7, no unexpired lease, tool T last used at L, T not pinned
         |                                   a run of A starts: lease_rev 7 -> 8 (same write
-        |                                   as its run item), or T is used: last_used_at -> L'
+        |                                   as its run item), or T is used: last_used_at -> L',
+        |                                   or a person pins T: pinned_at set
         v
-    sweep writes: delete T  IF  T.last_used_at = L  AND  A.lease_rev = 7
-        -> cancelled: the run (or the use) wins; the sweep reports it held and moves on to the
-           next agent, without retrying. What it could not demote stays due for a later sweep.
+    sweep writes: delete T  IF  T.last_used_at = L  AND  T.pinned_at absent  AND  A.lease_rev = 7
+        -> cancelled: the run (or the use, or the pin) wins; the sweep reports it held and moves
+           on to the next agent, without retrying. What it could not demote stays due for a later
+           sweep (a pinned tool stays only until the sweep sees it pinned).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from chalicelib.store import queues
 from chalicelib.store import sweep as sweep_store
 from chalicelib.store.agents import DemotionGuard, News
 from chalicelib.store.records import AgentState, Connection, HistoryEvent, Promotion
-from chalicelib.workingset import Cause
+from chalicelib.workingset import Action, Cause
 
 RULE = "rule"  # the actor of the rule's demotions in history
 INLINE_AGENTS = 200  # more agents than this are handed to workers in batches
@@ -142,7 +146,8 @@ def _step(report: Report, name: str, step: Callable[[], Any], fallback: Any) -> 
 
 
 def review(state: AgentState, now: datetime, report: Report) -> None:
-    """Idle, then cap, for one agent, every demotion guarded; then the bookkeeping."""
+    """Idle, then cap, for one agent, every demotion guarded; then the bookkeeping. Pinned tools
+    are never idle and never the cap's candidates, but they count toward the cap."""
     agent_id = state.agent.agent_id
     due = [(promotion, cause) for promotion in state.promotions if (cause := _idle_cause(state, promotion, now))]
     if state.in_flight(now):
@@ -150,7 +155,8 @@ def review(state: AgentState, now: datetime, report: Report) -> None:
         return  # flags and deadlines stay: a later sweep finds the agent again
     remaining = list(state.promotions)
     excess = len(remaining) - len(due) - state.agent.cap
-    never_called = sorted((p for p in remaining if p.last_used_at is None and not any(p is d for d, _ in due)),
+    never_called = sorted((p for p in remaining
+                           if p.last_used_at is None and not p.pinned and not any(p is d for d, _ in due)),
                           key=lambda p: (p.promoted_at, p.name))
     plan = due + [(promotion, Cause.CAP) for promotion in never_called[:max(excess, 0)]]
     for promotion, cause in plan:
@@ -203,7 +209,9 @@ def _summary(report: Report, line: dict[str, Any], started: float) -> dict[str, 
 
 def _idle_cause(state: AgentState, promotion: Promotion, now: datetime) -> Cause | None:
     if promotion.due_cause:
-        return Cause(promotion.due_cause)
+        return Cause(promotion.due_cause)  # a revoked connection demotes a pinned tool too
+    if promotion.pinned:
+        return None
     last_activity = promotion.last_used_at or promotion.promoted_at
     if last_activity + timedelta(days=state.agent.idle_window_days) < now:
         return Cause.IDLE
@@ -212,10 +220,12 @@ def _idle_cause(state: AgentState, promotion: Promotion, now: datetime) -> Cause
 
 def _demote(state: AgentState, promotion: Promotion, cause: Cause, now: datetime, report: Report) -> bool:
     agent_id = state.agent.agent_id
-    event = HistoryEvent(promotion.vendor, promotion.name, action="demoted", cause=cause.value, actor=RULE, at=now)
+    event = HistoryEvent(promotion.vendor, promotion.name, action=Action.DEMOTED.value, cause=cause.value, actor=RULE,
+                         at=now)
     guard = DemotionGuard(lease_rev=state.lease_rev, last_used_at=promotion.last_used_at)
     news = News(webhook=bool(state.webhook_url))
-    if agent_store.remove_promotion(agent_id, promotion.vendor, promotion.name, event, news=news, guard=guard):
+    if agent_store.remove_promotion(agent_id, promotion.vendor, promotion.name, event, news=news, guard=guard,
+                                    pinned=promotion.pinned):
         report.demoted.append(_entry(agent_id, promotion, cause.value))
         return True
     report.held.append(_entry(agent_id, promotion, cause.value, reason="changed_since_read"))
@@ -224,9 +234,14 @@ def _demote(state: AgentState, promotion: Promotion, cause: Cause, now: datetime
 
 def _keep_books(state: AgentState, remaining: list[Promotion]) -> None:
     """Correct idle deadlines that no longer match the settings (so the due index does not keep
-    returning them), and drop the review flag the sweep acted on."""
+    returning them), take pinned tools out of the index (a use that raced a pin put one back),
+    and drop the review flag the sweep acted on."""
     window = timedelta(days=state.agent.idle_window_days)
     for promotion in remaining:
+        if promotion.pinned:
+            if promotion.due_at is not None and not promotion.due_cause:
+                sweep_store.leave_due(state.agent.agent_id, promotion.vendor, promotion.name)
+            continue
         deadline = (promotion.last_used_at or promotion.promoted_at) + window
         if promotion.due_at != deadline:
             sweep_store.move_deadline(state.agent.agent_id, promotion.vendor, promotion.name, deadline,

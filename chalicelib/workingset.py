@@ -1,4 +1,20 @@
-"""An agent's working set: promote, demote, and the list the harness sees."""
+"""An agent's working set: promote, demote, pin, unpin, and the list the harness sees.
+
+Pinned tools. A pinned tool is an ordinary promoted tool (same place in tools/list, same calls)
+that the rule never demotes, for idle or for cap. It still counts toward the cap, but the cap's
+candidates skip it. At most `pin_limit(cap)` = half the cap, rounded down, and at least one, may be
+pinned (so an agent with cap 1 may pin its one tool); past that, pinning is refused with
+`pin_limit` and changes nothing. Lowering the cap never unpins anything: the pins stay, new pins
+are refused until the count is under the new limit, and the cap's candidates are only the
+unpinned tools, so the set may stay above the cap, as an all-used set does. Pinning a tool that is
+not promoted is refused with `not_promoted` (`promote` with `pinned: true` promotes and pins in
+one transaction). Demoting a pinned tool explicitly (the agent, the console, the admin API) takes
+the pin with it: the demotion's transaction moves the pin count back. A revoked connection still
+demotes a pinned tool (it could not be called any more). Unpinning puts the tool back under the
+idle rule at its idle deadline (last use, or promotion, plus the window), as if never pinned.
+Pin and unpin are history events (`pinned`, `unpinned`) with their actor and cause; they do not
+change the tool list, so nothing is announced.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +23,9 @@ from datetime import datetime, timedelta
 from enum import Enum
 
 from chalicelib import notify, toolbox
+from chalicelib.errors import Busy, NotPromoted, PinLimit
 from chalicelib.store import agents as agent_store
-from chalicelib.store.agents import News
+from chalicelib.store.agents import News, Pin
 from chalicelib.store.records import AgentState, HistoryEvent, Promotion
 from chalicelib.toolbox import Tool
 
@@ -19,6 +36,15 @@ class PromotedBy(str, Enum):
     AGENT = "agent"
     PUBLISH = "publish"
     CONSOLE = "console"
+
+
+class Action(str, Enum):
+    """What a history event records."""
+
+    PROMOTED = "promoted"
+    DEMOTED = "demoted"
+    PINNED = "pinned"
+    UNPINNED = "unpinned"
 
 
 class Cause(str, Enum):
@@ -57,6 +83,25 @@ class Change:
     size: int
     changed: bool
     tool: Tool | None = None
+    pinned: bool = False  # the tool is pinned after the change
+
+
+@dataclass(frozen=True)
+class PinChange:
+    """A tool's pin after a pin or unpin; `changed` is False for an idempotent repeat."""
+
+    pinned: bool
+    changed: bool
+    pins: int  # pinned tools in the set now
+    limit: int  # the most the agent may pin (`pin_limit`)
+
+
+ATTEMPTS = 3  # a write that lost to a concurrent change reads the agent again, this many times in all
+
+
+def pin_limit(cap: int) -> int:
+    """The most tools an agent with this cap may pin: half the cap, rounded down, at least one."""
+    return max(1, cap // 2)
 
 
 def idle_deadline(state: AgentState, last_activity: datetime) -> datetime:
@@ -71,37 +116,105 @@ def promoted_tools(state: AgentState) -> list[Tool]:
 
 
 def promote(state: AgentState, vendor: str, name: str, *, by: PromotedBy, actor: str, now: datetime,
-            tool: Tool | None = None) -> Change:
+            tool: Tool | None = None, pinned: bool = False) -> Change:
     """Put a tool in the working set; promoting a promoted tool changes nothing; a tool its source
-    no longer offers is refused (ToolUnavailable)."""
+    no longer offers is refused (ToolUnavailable). With `pinned`, the tool is pinned too (promoted
+    and pinned in one transaction, or pinned if it was promoted already); a pin past the limit is
+    refused (PinLimit) and nothing changes."""
     tool = tool or toolbox.resolve(state.agent.account_id, vendor, name)
     size = len(state.promotions)
-    if state.promotion(vendor, name) is not None:
-        return Change(size=size, changed=False, tool=tool)
+    current = state.promotion(vendor, name)
+    if current is not None:
+        if pinned and not current.pinned:
+            pin(state, vendor, name, cause=PROMOTION_CAUSES[by], actor=actor, now=now)
+        return Change(size=size, changed=False, tool=tool, pinned=pinned or current.pinned)
     tool.check_available()
-    event = HistoryEvent(vendor, name, action="promoted", cause=PROMOTION_CAUSES[by].value, actor=actor, at=now)
+    limit = pin_limit(state.agent.cap)
+    if pinned and state.pins >= limit:
+        raise PinLimit(limit)
+    cause = PROMOTION_CAUSES[by].value
+    event = HistoryEvent(vendor, name, action=Action.PROMOTED.value, cause=cause, actor=actor, at=now)
     promotion = Promotion(vendor, name, promoted_at=now, promoted_by=by.value)
+    pin_event = HistoryEvent(vendor, name, action=Action.PINNED.value, cause=cause, actor=actor, at=now)
     changed = agent_store.add_promotion(
         state.agent.agent_id, state.agent.account_id, promotion, event,
         due_at=idle_deadline(state, now), over_cap=size + 1 > state.agent.cap, news=_news(state),
+        pin=Pin(pin_event, limit) if pinned else None,
     )
     if changed:
         notify.announce(state, changes=1, size=size + 1)
-    return Change(size=size + 1 if changed else size, changed=changed, tool=tool)
+    elif pinned and (fresh := _reload(state)).promotion(vendor, name) is not None:
+        # promoted meanwhile by someone else: pin what is there now
+        return promote(fresh, vendor, name, by=by, actor=actor, now=now, tool=tool, pinned=True)
+    return Change(size=size + 1 if changed else size, changed=changed, tool=tool, pinned=pinned and changed)
 
 
 def demote(state: AgentState, vendor: str, name: str, *, cause: Cause, actor: str, now: datetime) -> Change:
-    """Take a tool out of the working set; demoting a tool that is not promoted changes nothing."""
-    size = len(state.promotions)
-    if state.promotion(vendor, name) is None:
-        toolbox.resolve(state.agent.account_id, vendor, name)  # unknown tools are refused
-        return Change(size=size, changed=False)
-    event = HistoryEvent(vendor, name, action="demoted", cause=cause.value, actor=actor, at=now)
-    changed = agent_store.remove_promotion(state.agent.agent_id, vendor, name, event,
-                                           news=_news(state))
-    if changed:
-        notify.announce(state, changes=1, size=size - 1)
-    return Change(size=size - 1 if changed else size, changed=changed)
+    """Take a tool out of the working set (a pinned one loses its pin with it); demoting a tool
+    that is not promoted changes nothing."""
+    for _ in range(ATTEMPTS):
+        size = len(state.promotions)
+        current = state.promotion(vendor, name)
+        if current is None:
+            toolbox.resolve(state.agent.account_id, vendor, name)  # unknown tools are refused
+            return Change(size=size, changed=False)
+        event = HistoryEvent(vendor, name, action=Action.DEMOTED.value, cause=cause.value, actor=actor, at=now)
+        if agent_store.remove_promotion(state.agent.agent_id, vendor, name, event, news=_news(state),
+                                        pinned=current.pinned):
+            notify.announce(state, changes=1, size=size - 1)
+            return Change(size=size - 1, changed=True)
+        state = _reload(state)  # demoted, pinned or unpinned meanwhile: judge it again
+    raise Busy("the tool kept changing while it was demoted; nothing was changed, try again")
+
+
+def pin(state: AgentState, vendor: str, name: str, *, cause: Cause, actor: str, now: datetime) -> PinChange:
+    """Pin a promoted tool so the rule never demotes it; pinning a pinned tool changes nothing. A
+    tool that is not promoted is refused (NotPromoted; an unknown one ToolNotFound), and so is a
+    pin past `pin_limit` (PinLimit): neither changes anything."""
+    limit = pin_limit(state.agent.cap)
+    for _ in range(ATTEMPTS):
+        current = state.promotion(vendor, name)
+        if current is None:
+            toolbox.resolve(state.agent.account_id, vendor, name)
+            raise NotPromoted(vendor, name)
+        if current.pinned:
+            return PinChange(pinned=True, changed=False, pins=state.pins, limit=limit)
+        if state.pins >= limit:
+            raise PinLimit(limit)
+        event = HistoryEvent(vendor, name, action=Action.PINNED.value, cause=cause.value, actor=actor, at=now)
+        if agent_store.pin_promotion(state.agent.agent_id, vendor, name, event, limit=limit,
+                                     keep_due=current.due_cause is not None):
+            return PinChange(pinned=True, changed=True, pins=state.pins + 1, limit=limit)
+        state = _reload(state)
+    raise Busy("the tool kept changing while it was pinned; nothing was changed, try again")
+
+
+def unpin(state: AgentState, vendor: str, name: str, *, cause: Cause, actor: str, now: datetime) -> PinChange:
+    """Unpin a tool: the rule applies to it again from its idle deadline. Unpinning a tool that is
+    not pinned (or not promoted) changes nothing; an unknown tool is refused (ToolNotFound)."""
+    limit = pin_limit(state.agent.cap)
+    for _ in range(ATTEMPTS):
+        current = state.promotion(vendor, name)
+        if current is None:
+            toolbox.resolve(state.agent.account_id, vendor, name)
+            return PinChange(pinned=False, changed=False, pins=state.pins, limit=limit)
+        if not current.pinned:
+            return PinChange(pinned=False, changed=False, pins=state.pins, limit=limit)
+        event = HistoryEvent(vendor, name, action=Action.UNPINNED.value, cause=cause.value, actor=actor, at=now)
+        # a revocation's due cause kept its deadline through the pin; otherwise the idle deadline
+        due_at = None if current.due_cause else idle_deadline(state, current.last_used_at or current.promoted_at)
+        if agent_store.unpin_promotion(state.agent.agent_id, vendor, name, event, due_at=due_at,
+                                       over_cap=len(state.promotions) > state.agent.cap):
+            return PinChange(pinned=False, changed=True, pins=state.pins - 1, limit=limit)
+        state = _reload(state)
+    raise Busy("the tool kept changing while it was unpinned; nothing was changed, try again")
+
+
+def _reload(state: AgentState) -> AgentState:
+    fresh = agent_store.load_state(state.agent.agent_id)
+    if fresh is None:
+        raise Busy("the agent could not be read again; try again")
+    return fresh
 
 
 def _news(state: AgentState) -> News:

@@ -87,7 +87,8 @@ def books(admin: Admin, agent_id: str) -> tuple[int, int, int]:
     """(size the agent is counted at, promotions stored, promoted-minus-demoted History events)."""
     size = admin.call("GET", f"/v1/agents/{agent_id}").json_body["size"]
     promotions = len(admin.call("GET", f"/v1/agents/{agent_id}/working-set").json_body["items"])
-    return size, promotions, sum(+1 if event["action"] == "promoted" else -1 for event in _events(admin, agent_id))
+    moves = {"promoted": +1, "demoted": -1}  # pins and unpins leave the set as it is
+    return size, promotions, sum(moves.get(event["action"], 0) for event in _events(admin, agent_id))
 
 
 def history(admin: Admin, agent_id: str) -> list[tuple[str, str, str]]:

@@ -425,15 +425,15 @@ def test_the_promote_search_uses_find_tools_ranking(console: Console, admin: Adm
 
 def test_the_token_footprint_compares_the_set_with_the_whole_toolbox(console: Console, admin: Admin,
                                                                      agent: dict[str, Any]) -> None:
-    # GIVEN a toolbox of ten tools, one of them promoted
-    for index in range(10):
+    # GIVEN a toolbox of twenty tools, one of them promoted
+    for index in range(20):
         admin.publish(name=f"tool-{index}", description="A tool with a long description. " * 20)
     admin.call("POST", f"/v1/agents/{agent['id']}/working-set", {"vendor": "unleashed", "name": "tool-0"})
     # WHEN the agent's page is opened
     page = text(console.get(f"/console/agents/{agent['id']}"))
-    # THEN the footprint counts 6 meta-tools + 1 promoted against 10 tools, as an estimate, and the set is smaller
+    # THEN the footprint counts 8 meta-tools + 1 promoted against 20 tools, as an estimate, and the set is smaller
     footprint = page[page.index('id="footprint"'):]
-    assert "6 meta-tools" in footprint and "1 promoted" in footprint and "10 tools" in footprint
+    assert "8 meta-tools" in footprint and "1 promoted" in footprint and "20 tools" in footprint
     assert "An estimate" in footprint
     figures = [int(n.replace(",", "")) for n in re.findall(r"<strong>≈ ([\d,]+) tokens</strong>", footprint)]
     assert figures[0] < figures[1] and abs(figures[2] - (figures[1] - figures[0])) <= 1

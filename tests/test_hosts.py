@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from chalicelib.accounts import DEFAULT_CAP
-from chalicelib.mcp.metatools import ALWAYS_LOAD, ALWAYS_LOAD_BYTES, SEARCH_HINT
+from chalicelib.mcp.metatools import ALWAYS_LOAD, ALWAYS_LOAD_BYTES, META_TOOLS, SEARCH_HINT
 from tests.conftest import Admin, Mcp
 
 # Claude Code defers MCP tools once their definitions pass 10% of the context window (its
@@ -44,7 +44,7 @@ def test_every_tool_listed_is_marked_to_load_up_front_with_a_search_hint(admin: 
     # WHEN it lists its tools
     listed = _listed(any_mcp)
     # THEN the meta-tools and the promoted tools all say alwaysLoad, each with its own hint
-    assert len(listed) == 8
+    assert len(listed) == len(META_TOOLS) + 2
     assert all(tool["_meta"][ALWAYS_LOAD] is True for tool in listed)
     hints = {tool["name"]: tool["_meta"][SEARCH_HINT] for tool in listed}
     assert hints["unleashed__orders-1"] == "unleashed orders 1 Orders 1"
@@ -76,7 +76,7 @@ def test_a_working_set_at_the_default_cap_stays_far_from_deferral(admin: Admin, 
     listed = _listed(mcp)
     tokens = len(json.dumps(listed, separators=(",", ":"))) / BYTES_PER_TOKEN
     # THEN the whole list is a small share of what would make a host defer tools
-    assert len(listed) == DEFAULT_CAP + 6
+    assert len(listed) == DEFAULT_CAP + len(META_TOOLS)
     assert tokens < DEFERRAL_TOKENS / 2, tokens
 
 
@@ -91,6 +91,6 @@ def test_past_the_always_load_budget_tools_keep_only_their_search_hint(admin: Ad
     # so a host may defer them behind its own search, and the list loaded up front stays in budget
     loaded = [tool for tool in listed if tool["_meta"].get(ALWAYS_LOAD)]
     hinted = [tool for tool in listed if ALWAYS_LOAD not in tool["_meta"]]
-    assert listed[:len(loaded)] == loaded and 6 < len(loaded) < len(listed)
+    assert listed[:len(loaded)] == loaded and len(META_TOOLS) < len(loaded) < len(listed)
     assert all(tool["_meta"][SEARCH_HINT].startswith("unleashed long") for tool in hinted)
     assert len(json.dumps(loaded)) <= ALWAYS_LOAD_BYTES * 1.05

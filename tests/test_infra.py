@@ -1166,6 +1166,13 @@ def exercise_store() -> set[str]:
     assert run(sweep.clear_review, "a1", "another-token") is False
     assert sweep.clear_review("a1", state.review_token) is True
     assert sweep.agents_to_review() == {}
+    # Pins: one transaction over the promotion, the settings item's pin count (held under the
+    # limit) and the history event; a promotion a revocation made due keeps its deadline
+    assert run(agents.pin_promotion, "a1", "acme", "orders", event, limit=1, keep_due=True) is True
+    assert agents.pin_promotion("a1", "acme", "orders", event, limit=1, keep_due=True) is False  # pinned
+    assert run(sweep.leave_due, "a1", "acme", "orders") is False  # due by a revocation: it stays due
+    assert agents.load_state("a1").promotion("acme", "orders").pinned
+    assert run(agents.unpin_promotion, "a1", "acme", "orders", event, due_at=None, over_cap=False) is True
 
     stale = DemotionGuard(lease_rev=state.lease_rev - 1, last_used_at=used)
     seq = outbox.change_seq("a1")
@@ -1181,7 +1188,7 @@ def exercise_store() -> set[str]:
     assert outbox.pending() == []
     run(outbox.mark_seen, "a1", seq + 1)
     assert agents.load_state("a1").mcp_seen_seq == seq + 1
-    assert len(run(history.list_events, "a1", limit=10).items) == 2
+    assert len(run(history.list_events, "a1", limit=10).items) == 4  # promoted, pinned, unpinned, demoted
     assert run(sweep.make_due, "a1", "acme", "orders", now, "idle") is False  # not promoted any more
     runs.start(new_run(5, runs.RUNNING), use_due_at=week)  # demoted meanwhile: the run starts, unmarked
     assert set(agents.load_state("a1").leases) == {"r5"}

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import Admin, Mcp, Vendor, tool_spec
 
-META = ["find_tool", "promote", "demote", "run_tool", "acquire", "get_run"]
+META = ["find_tool", "promote", "demote", "run_tool", "acquire", "get_run", "pin", "unpin"]
 
 
 @pytest.fixture(params=["legacy", "modern"])

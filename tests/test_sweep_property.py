@@ -1,5 +1,6 @@
-"""Property: whatever the schedule of promotions, calls, runs and sweeps, the sweep never demotes a
-tool used inside the idle window, nor anything while the agent has a run in flight."""
+"""Property: whatever the schedule of promotions, pins, calls, runs and sweeps, the sweep never
+demotes a tool used inside the idle window, nor a pinned tool (for idle or for cap: the cap's
+candidates are only the unpinned), nor anything while the agent has a run in flight."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from hypothesis import strategies as st
 
 from chalicelib import accounts, runs, sweep, workingset
 from chalicelib.clock import utcnow
+from chalicelib.errors import NotPromoted, PinLimit
 from chalicelib.store import agents as agent_store
-from chalicelib.workingset import PromotedBy
+from chalicelib.workingset import Cause, PromotedBy
 from tests.conftest import Admin, Vendor
 
 TOOLS = ["t0", "t1", "t2", "t3"]
@@ -23,7 +25,8 @@ APPROVAL_WAIT = timedelta(hours=24)  # the default approval TTL: a waiting run's
 steps = st.lists(
     st.one_of(
         st.tuples(st.sampled_from(["advance", "advance"]), st.integers(min_value=6, max_value=60)),
-        st.tuples(st.sampled_from(["promote", "promote", "promote", "call", "call"]), st.sampled_from(TOOLS)),
+        st.tuples(st.sampled_from(["promote", "promote", "promote", "call", "call", "pin", "pin", "unpin"]),
+                  st.sampled_from(TOOLS)),
         st.tuples(st.sampled_from(["start_run", "end_run", "sweep", "sweep"]), st.just("")),
     ),
     min_size=3,
@@ -33,10 +36,11 @@ steps = st.lists(
 
 @dataclass
 class Model:
-    """What the test knows happened: promotions, last uses, runs in flight."""
+    """What the test knows happened: promotions, last uses, pins, runs in flight."""
 
     promoted_at: dict[str, datetime] = field(default_factory=dict)
     last_use: dict[str, datetime] = field(default_factory=dict)
+    pinned: set[str] = field(default_factory=set)
     waiting: list[tuple[str, datetime]] = field(default_factory=list)  # run id, lease expiry
 
 
@@ -48,17 +52,20 @@ class Clock:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cap=st.integers(min_value=1, max_value=3), window=st.integers(min_value=1, max_value=2),
-       first=st.permutations(TOOLS), schedule=steps)
+       first=st.permutations(TOOLS), pins=st.lists(st.sampled_from(TOOLS), max_size=2), schedule=steps)
 def test_the_sweep_never_demotes_a_tool_in_use(admin: Admin, vendor: Vendor, cap: int, window: int,
-                                               first: list[str], schedule: list[tuple[str, object]]) -> None:
-    """Every schedule starts with all four tools promoted (above any cap), then anything goes."""
+                                               first: list[str], pins: list[str],
+                                               schedule: list[tuple[str, object]]) -> None:
+    """Every schedule starts with all four tools promoted (above any cap) and some pinned, then
+    anything goes."""
     account_id = accounts.authenticate_admin(admin.token)
     _publish_once(admin, vendor)
     agent = accounts.create_agent(account_id, {"name": "prop", "cap": cap, "idle_window_days": window},
                                   Clock.now).agent
     model = Model()
     Clock.now += timedelta(days=30)
-    for action, argument in [("promote", name) for name in first] + schedule:
+    start = [("promote", name) for name in first] + [("pin", name) for name in pins]
+    for action, argument in start + schedule:
         now = Clock.now
         state = agent_store.load_state(agent.agent_id)
         assert state is not None
@@ -68,6 +75,15 @@ def test_the_sweep_never_demotes_a_tool_in_use(admin: Admin, vendor: Vendor, cap
             if workingset.promote(state, "shop", str(argument), by=PromotedBy.AGENT, actor="prop", now=now).changed:
                 model.promoted_at[str(argument)] = now
                 model.last_use.pop(str(argument), None)
+        elif action == "pin":
+            try:
+                if workingset.pin(state, "shop", str(argument), cause=Cause.AGENT_ASKED, actor="prop", now=now).changed:
+                    model.pinned.add(str(argument))
+            except (NotPromoted, PinLimit):
+                assert str(argument) not in model.promoted_at or len(model.pinned) >= workingset.pin_limit(cap)
+        elif action == "unpin":
+            workingset.unpin(state, "shop", str(argument), cause=Cause.AGENT_ASKED, actor="prop", now=now)
+            model.pinned.discard(str(argument))
         elif action == "call":
             runs.call(state, "shop", str(argument), {}, dry_run=False, now=now)
             if str(argument) in model.promoted_at:
@@ -83,16 +99,18 @@ def test_the_sweep_never_demotes_a_tool_in_use(admin: Admin, vendor: Vendor, cap
                 runs.withdraw_decision(account_id, agent.agent_id, "shop", "write")
         elif action == "sweep":
             report = sweep.run(now, account_id=account_id)
-            _check(report, agent.agent_id, model, now, timedelta(days=window))
+            _check(report, agent.agent_id, model, now, timedelta(days=window), in_flight_before=state.in_flight(now))
         Clock.now += timedelta(seconds=1)
 
 
-def _check(report: sweep.Report, agent_id: str, model: Model, now: datetime, window: timedelta) -> None:
+def _check(report: sweep.Report, agent_id: str, model: Model, now: datetime, window: timedelta, *,
+           in_flight_before: bool) -> None:
     mine = [d for d in report.demoted if d["agent_id"] == agent_id]
     in_flight = any(expiry > now for _, expiry in model.waiting)
     assert not (mine and in_flight), f"demoted {mine} while a run was in flight"
     for demotion in mine:
         name = demotion["name"]
+        assert name not in model.pinned, f"demoted the pinned {name}: {demotion}"
         last_use = model.last_use.get(name)
         assert last_use is None or last_use + window < now, f"{name} was used inside the window: {demotion}"
         if demotion["cause"] == "idle":
@@ -101,6 +119,12 @@ def _check(report: sweep.Report, agent_id: str, model: Model, now: datetime, win
             assert demotion["cause"] == "cap" and last_use is None
         model.promoted_at.pop(name)
         model.last_use.pop(name, None)
+    state = agent_store.load_state(agent_id)
+    assert state is not None
+    assert {p.name for p in state.promotions if p.pinned} == model.pinned  # every pin survived the sweep
+    if not in_flight_before:  # the cap's candidates ran out before the set fit, or it fits
+        unpinned_never_called = [p.name for p in state.promotions if not p.pinned and p.last_used_at is None]
+        assert len(state.promotions) <= state.agent.cap or not unpinned_never_called, state.promotions
 
 
 def _publish_once(admin: Admin, vendor: Vendor) -> None:

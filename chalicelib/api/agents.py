@@ -55,6 +55,18 @@ def demote(account_id: str, agent_id: str, vendor: str, name: str) -> dict[str, 
     return {"size": change.size, "changed": change.changed}
 
 
+@admin_route("/v1/agents/{agent_id}/pins/{vendor}/{name}", "PUT")
+def pin(account_id: str, agent_id: str, vendor: str, name: str) -> dict[str, Any]:
+    state = accounts.get_state(account_id, agent_id)
+    return shapes.pin(workingset.pin(state, vendor, name, cause=Cause.CONSOLE, actor=accounts.ADMIN, now=utcnow()))
+
+
+@admin_route("/v1/agents/{agent_id}/pins/{vendor}/{name}", "DELETE")
+def unpin(account_id: str, agent_id: str, vendor: str, name: str) -> dict[str, Any]:
+    state = accounts.get_state(account_id, agent_id)
+    return shapes.pin(workingset.unpin(state, vendor, name, cause=Cause.CONSOLE, actor=accounts.ADMIN, now=utcnow()))
+
+
 @admin_route("/v1/agents/{agent_id}/history", "GET")
 def history(account_id: str, agent_id: str) -> dict[str, Any]:
     accounts.get_state(account_id, agent_id)

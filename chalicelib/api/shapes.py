@@ -19,6 +19,7 @@ from chalicelib.store.records import (
     ToolVersion,
     Upstream,
 )
+from chalicelib.workingset import PinChange
 
 
 def agent(record: Agent) -> dict[str, Any]:
@@ -46,14 +47,22 @@ def created_agent(created: Created) -> dict[str, Any]:
 
 
 def promotion(record: Promotion) -> dict[str, Any]:
-    """A working-set item."""
+    """A working-set item; `pinned_at` and `pinned_by` are null unless it is pinned."""
     return {
         "vendor": record.vendor,
         "name": record.name,
         "promoted_by": record.promoted_by,
         "promoted_at": iso(record.promoted_at),
         "last_used_at": iso(record.last_used_at),
+        "pinned": record.pinned,
+        "pinned_at": iso(record.pinned_at),
+        "pinned_by": record.pinned_by,
     }
+
+
+def pin(change: PinChange) -> dict[str, Any]:
+    """A tool's pin after a pin or unpin, with the agent's pin count and limit."""
+    return {"pinned": change.pinned, "changed": change.changed, "pins": change.pins, "pin_limit": change.limit}
 
 
 def event(record: HistoryEvent) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from chalicelib import accounts, connections, runs, toolbox, workingset
 from chalicelib.config import settings
 from chalicelib.console import present
 from chalicelib.console.common import ALL_PAGE, PAGE_SIZE, Ctx, action, every, page, redirect
-from chalicelib.errors import InvalidInput
+from chalicelib.errors import InvalidInput, PinLimit
 from chalicelib.mcp.metatools import META_TOOLS
 from chalicelib.store import history as history_store
 from chalicelib.store.records import Agent, AgentState, Promotion, Run
@@ -42,7 +42,7 @@ class SetRow:
 
     tool: Tool
     promotion: Promotion
-    demote_at: datetime  # when the idle rule may demote it (a revoked connection: at once)
+    demote_at: datetime | None  # when the idle rule may demote it (a revoked connection: at once; pinned: never)
 
 
 @page("/console/agents")
@@ -101,6 +101,25 @@ def promote(ctx: Ctx, agent_id: str) -> Response:
     return redirect(f"/console/agents/{agent_id}", done="promoted", tool=f"{vendor}__{name}")
 
 
+@action("/console/agents/{agent_id}/pin")
+def pin(ctx: Ctx, agent_id: str) -> Response:
+    state = accounts.get_state(ctx.account_id, agent_id)
+    vendor, name = ctx.form.get("vendor", ""), ctx.form.get("name", "")
+    try:
+        workingset.pin(state, vendor, name, cause=Cause.CONSOLE, actor=ACTOR, now=ctx.now)
+    except PinLimit as error:
+        return _agent_page(ctx, agent_id, error.status, pin_error=error.message)
+    return redirect(f"/console/agents/{agent_id}", done="pinned", tool=f"{vendor}__{name}")
+
+
+@action("/console/agents/{agent_id}/unpin")
+def unpin(ctx: Ctx, agent_id: str) -> Response:
+    state = accounts.get_state(ctx.account_id, agent_id)
+    vendor, name = ctx.form.get("vendor", ""), ctx.form.get("name", "")
+    workingset.unpin(state, vendor, name, cause=Cause.CONSOLE, actor=ACTOR, now=ctx.now)
+    return redirect(f"/console/agents/{agent_id}", done="unpinned", tool=f"{vendor}__{name}")
+
+
 @action("/console/agents/{agent_id}/demote")
 def demote(ctx: Ctx, agent_id: str) -> Response:
     state = accounts.get_state(ctx.account_id, agent_id)
@@ -139,7 +158,7 @@ def _agents_page(ctx: Ctx, status: int = 200, *, error: str | None = None,
 
 
 def _agent_page(ctx: Ctx, agent_id: str, status: int = 200, *, settings_error: str | None = None,
-                values: dict[str, str] | None = None) -> Response:
+                values: dict[str, str] | None = None, pin_error: str | None = None) -> Response:
     state = accounts.get_state(ctx.account_id, agent_id)
     promoted = workingset.promoted_tools(state)
     rows = [_set_row(state, tool) for tool in promoted]
@@ -155,7 +174,8 @@ def _agent_page(ctx: Ctx, agent_id: str, status: int = 200, *, settings_error: s
         footprint=present.footprint(promoted, every_tool), settings_error=settings_error,
         values={**current, **(values or {})}, ranges=RANGES, done=ctx.params.get("done"),
         done_tool=ctx.params.get("tool", ""), over_cap=len(state.promotions) > agent.cap,
-        meta_tools=META_TOOLS, decisions=state.approvals,
+        meta_tools=META_TOOLS, decisions=state.approvals, pin_error=pin_error,
+        pin_limit=workingset.pin_limit(agent.cap),
         connections=list(every(lambda cursor: connections.list_all(ctx.account_id, limit=ALL_PAGE, cursor=cursor))),
     )
 
@@ -165,6 +185,8 @@ def _set_row(state: AgentState, tool: Tool) -> SetRow:
     assert promotion is not None  # promoted_tools answers only promoted tools
     if promotion.due_cause:
         return SetRow(tool, promotion, promotion.due_at or promotion.promoted_at)
+    if promotion.pinned:
+        return SetRow(tool, promotion, None)
     deadline = workingset.idle_deadline(state, promotion.last_used_at or promotion.promoted_at)
     return SetRow(tool, promotion, deadline)
 

@@ -48,6 +48,10 @@ class ToolRef(BaseModel):
     name: str = Field(pattern=NAME_PATTERN, description="The tool's name, as find_tool answers it.")
 
 
+class PromoteArgs(ToolRef):
+    pinned: bool = Field(default=False, description="Also pin it: the idle and cap rules never demote it.")
+
+
 class RunToolArgs(ToolRef):
     input: dict[str, Any] = Field(default_factory=dict, description="The tool's input, as its schema asks.")
     dryRun: bool = Field(
@@ -164,11 +168,12 @@ def _find_tool(call: Call, raw: Any) -> Outcome:
 
 def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
     spec = tool.spec
+    promotion = state.promotion(spec.vendor, spec.name)
     line = spec.description.strip().splitlines()[0] if spec.description.strip() else ""
     hit: dict[str, Any] = {
         "vendor": spec.vendor,
         "name": spec.name,
-        "promoted": state.promotion(spec.vendor, spec.name) is not None,
+        "promoted": promotion is not None,
         "readOnlyHint": bool(spec.annotations.readOnlyHint),
         "destructiveHint": spec.annotations.destructiveHint is not False and not spec.annotations.readOnlyHint,
         "description": line if len(line) <= DESCRIPTION_LINE else line[: DESCRIPTION_LINE - 1] + "…",
@@ -176,6 +181,8 @@ def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
         "searchHint": search_hint(tool),
         "available": True,
     }
+    if promotion is not None and promotion.pinned:
+        hit["pinned"] = True  # only on pinned hits: a pinned tool is an ordinary promoted one otherwise
     if tool.version.unavailable:
         hit.update(available=False, reason=ToolUnavailable.code, unavailable=tool.version.unavailable)
     elif spec.connection and not state.may_use(spec.connection):
@@ -184,12 +191,28 @@ def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
 
 
 def _promote(call: Call, raw: Any) -> Outcome:
-    ref = parse(ToolRef, raw)
-    change = workingset.promote(call.state, ref.vendor, ref.name, by=PromotedBy.AGENT,
-                                actor=call.state.agent.agent_id, now=call.now)
+    args = parse(PromoteArgs, raw)
+    change = workingset.promote(call.state, args.vendor, args.name, by=PromotedBy.AGENT,
+                                actor=call.state.agent.agent_id, now=call.now, pinned=args.pinned)
     assert change.tool is not None
-    return Outcome(structured={"size": change.size, "tool": tool_definition(change.tool)},
-                   list_changed=change.changed)
+    answer: dict[str, Any] = {"size": change.size, "tool": tool_definition(change.tool)}
+    if args.pinned:
+        answer["pinned"] = change.pinned
+    return Outcome(structured=answer, list_changed=change.changed)
+
+
+def _pin(call: Call, raw: Any) -> Outcome:
+    ref = parse(ToolRef, raw)
+    change = workingset.pin(call.state, ref.vendor, ref.name, cause=Cause.AGENT_ASKED,
+                            actor=call.state.agent.agent_id, now=call.now)
+    return Outcome(structured={"pinned": True, "pins": change.pins, "pin_limit": change.limit})
+
+
+def _unpin(call: Call, raw: Any) -> Outcome:
+    ref = parse(ToolRef, raw)
+    change = workingset.unpin(call.state, ref.vendor, ref.name, cause=Cause.AGENT_ASKED,
+                              actor=call.state.agent.agent_id, now=call.now)
+    return Outcome(structured={"pinned": False, "pins": change.pins, "pin_limit": change.limit})
 
 
 def _demote(call: Call, raw: Any) -> Outcome:
@@ -246,8 +269,9 @@ META_TOOLS: dict[str, MetaTool] = {
         MetaTool(
             "promote",
             "Add a toolbox tool to your tool list as vendor__name. Answers the list's new size and the "
-            "tool's definition, so you can call it through run_tool even before your list refreshes.",
-            ToolRef,
+            "tool's definition, so you can call it through run_tool even before your list refreshes. "
+            "pinned: true also pins it (see pin).",
+            PromoteArgs,
             _WORKING_SET,
             _promote,
             hint="add tool to my list working set",
@@ -289,6 +313,25 @@ META_TOOLS: dict[str, MetaTool] = {
             {"readOnlyHint": True, "openWorldHint": False},
             _get_run,
             hint="check run status result approval",
+        ),
+        # last, so the list a client cached before pins existed is still its prefix
+        MetaTool(
+            "pin",
+            "Pin a tool in your list so it is never demoted for you (unused or over your cap); for the "
+            "few tools you always need. At most half your cap may be pinned. Answers pins and pin_limit.",
+            ToolRef,
+            _WORKING_SET,
+            _pin,
+            hint="pin keep tool always in my list",
+        ),
+        MetaTool(
+            "unpin",
+            "Unpin a tool: it stays in your list, and is demoted for you again when unused. Answers pins "
+            "and pin_limit.",
+            ToolRef,
+            _WORKING_SET,
+            _unpin,
+            hint="unpin tool let it be demoted",
         ),
     )
 }

@@ -1,5 +1,6 @@
 """An agent's partition: settings, key hashes, promotions, approvals; and the writes that move
-tools in and out of the working set, each one transaction with its history event."""
+tools in and out of the working set, or pin and unpin them, each one transaction with its history
+event."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from pynamodb.exceptions import DeleteError
 from pynamodb.transactions import TransactWrite
 
+from chalicelib.errors import PinLimit
 from chalicelib.store import history
 from chalicelib.store.base import ConditionFailed, key_ok, page, transaction, update_if, update_once_if
 from chalicelib.store.models import (
@@ -99,12 +101,16 @@ def update_settings(agent_id: str, changes: dict[str, Any]) -> Agent:
 
 
 def add_promotion(agent_id: str, account_id: str, promotion: Promotion, event: HistoryEvent, *,
-                  due_at: datetime, over_cap: bool, news: News) -> bool:
+                  due_at: datetime, over_cap: bool, news: News, pin: Pin | None = None) -> bool:
     """Put the tool in the set with its idle deadline, count it and record the event, atomically;
-    a set that goes over its cap flags the agent for the sweep.
+    a set that goes over its cap flags the agent for the sweep. With a `pin`, the tool goes in
+    pinned (out of the `due` index) in the same transaction, counted against the pin limit.
 
-    Answers False (and writes nothing) when the tool was already promoted.
+    Answers False (and writes nothing) when the tool was already promoted; raises PinLimit (and
+    writes nothing) when the agent's pins reached the limit meanwhile.
     """
+    fields: dict[str, Any] = (
+        {"pinned_at": pin.event.at, "pinned_by": pin.event.actor} if pin is not None else due_fields(agent_id, due_at))
     item = PromotionItem(
         agent_id=agent_id,
         sk=promotion_sk(promotion.vendor, promotion.name),
@@ -113,30 +119,76 @@ def add_promotion(agent_id: str, account_id: str, promotion: Promotion, event: H
         promoted_at=promotion.promoted_at,
         promoted_by=promotion.promoted_by,
         tool_key=tool_key(account_id, promotion.vendor, promotion.name),
-        **due_fields(agent_id, due_at),
+        **fields,
     )
     return _change_set(
-        agent_id, event, +1, lambda write: write.save(item, condition=PromotionItem.sk.does_not_exist()),
-        flag=over_cap, news=news,
+        agent_id, [event, *([pin.event] if pin else [])], +1,
+        lambda write: write.save(item, condition=PromotionItem.sk.does_not_exist()),
+        flag=over_cap, news=news, pins=+1 if pin else 0, pin_limit=pin.limit if pin else None,
     )
 
 
-def remove_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent, *, news: News,
+def remove_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent, *, news: News, pinned: bool = False,
                      guard: DemotionGuard | None = None) -> bool:
-    """Take the tool out of the set, count it and record the event, atomically.
+    """Take the tool out of the set, count it and record the event, atomically; a pinned tool
+    (`pinned`, as the caller read it) leaves the pin count too, so demoting it unpins it.
 
-    Answers False (and writes nothing) when the tool was not promoted, or when a `guard` no
-    longer holds (a run started, or the tool was used, after the caller read the agent).
+    Answers False (and writes nothing) when the tool was not promoted, when it was pinned or
+    unpinned since the caller read it, or when a `guard` no longer holds (a run started, or the
+    tool was used, after the caller read the agent).
     """
-    condition = PromotionItem.sk.exists()
+    condition = PromotionItem.sk.exists() & _pinned_as_read(pinned)
     if guard is not None:
         condition &= (PromotionItem.last_used_at == guard.last_used_at if guard.last_used_at is not None
                       else PromotionItem.last_used_at.does_not_exist())
     item = PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name))
     return _change_set(
-        agent_id, event, -1, lambda write: write.delete(item, condition=condition),
-        lease_rev=guard.lease_rev if guard is not None else None, news=news,
+        agent_id, [event], -1, lambda write: write.delete(item, condition=condition),
+        lease_rev=guard.lease_rev if guard is not None else None, news=news, pins=-1 if pinned else 0,
     )
+
+
+def pin_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent, *, limit: int, keep_due: bool) -> bool:
+    """Pin a promoted tool: it leaves the `due` index (unless `keep_due`: a revocation made it due
+    with its own cause, which pinning does not cancel), the pin count moves on within `limit`, and
+    the event is recorded, atomically. The tool list does not change: no change counter, no news.
+
+    Answers False (and writes nothing) when the tool is no longer promoted, is pinned already, or
+    was made due since it was read; raises PinLimit when the agent has `limit` pins already.
+    """
+    condition = PromotionItem.sk.exists() & PromotionItem.pinned_at.does_not_exist()
+    actions: list[Any] = [PromotionItem.pinned_at.set(event.at), PromotionItem.pinned_by.set(event.actor)]
+    if not keep_due:
+        condition &= PromotionItem.due_cause.does_not_exist()
+        actions += [PromotionItem.due_at.remove(), PromotionItem.due_shard.remove()]
+    item = PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name))
+    return _change_set(agent_id, [event], 0, lambda write: write.update(item, actions=actions, condition=condition),
+                       news=News(), pins=+1, pin_limit=limit)
+
+
+def unpin_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent, *, due_at: datetime | None,
+                    over_cap: bool) -> bool:
+    """Unpin a tool: it goes back in the `due` index at `due_at` (None: it kept its deadline), the
+    pin count moves back and the event is recorded, atomically; a set over its cap flags the agent
+    for the sweep (the tool is a cap candidate again).
+
+    Answers False (and writes nothing) when the tool is no longer promoted or no longer pinned.
+    """
+    condition = PromotionItem.sk.exists() & PromotionItem.pinned_at.exists()
+    actions: list[Any] = [PromotionItem.pinned_at.remove(), PromotionItem.pinned_by.remove()]
+    if due_at is not None:
+        actions += [getattr(PromotionItem, key).set(value) for key, value in due_fields(agent_id, due_at).items()]
+    item = PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name))
+    return _change_set(agent_id, [event], 0, lambda write: write.update(item, actions=actions, condition=condition),
+                       news=News(), pins=-1, flag=over_cap)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A promotion that goes in pinned: the pin's own history event and the agent's pin limit."""
+
+    event: HistoryEvent
+    limit: int
 
 
 @dataclass(frozen=True)
@@ -166,25 +218,42 @@ class DemotionGuard:
     last_used_at: datetime | None
 
 
-def _change_set(agent_id: str, event: HistoryEvent, delta: int, change: Callable[[TransactWrite], None], *,
-                news: News, lease_rev: int | None = None, flag: bool = False) -> bool:
+def _change_set(agent_id: str, events: list[HistoryEvent], delta: int, change: Callable[[TransactWrite], None], *,
+                news: News, lease_rev: int | None = None, flag: bool = False, pins: int = 0,
+                pin_limit: int | None = None) -> bool:
     """One transaction: the promotion's own write, the set's size and change counter (with the
-    outbox flag), the history event."""
+    outbox flag) when the list changes (`delta`), the pin count (kept under `pin_limit`), the
+    history events."""
     condition = AgentSettingsItem.agent_id.exists()
     if lease_rev is not None:
         condition &= AgentSettingsItem.lease_rev == lease_rev
-    actions = [AgentSettingsItem.size.add(delta), AgentSettingsItem.change_seq.add(1)]
-    if news.webhook:
-        actions.append(AgentSettingsItem.outbox_shard.set(shard(agent_id, SHARDS)))
+    if pin_limit is not None:
+        condition &= AgentSettingsItem.pins.does_not_exist() | (AgentSettingsItem.pins < pin_limit)
+    actions: list[Any] = []
+    if delta:
+        actions += [AgentSettingsItem.size.add(delta), AgentSettingsItem.change_seq.add(1)]
+        if news.webhook:
+            actions.append(AgentSettingsItem.outbox_shard.set(shard(agent_id, SHARDS)))
+    if pins:
+        actions.append(AgentSettingsItem.pins.add(pins))
     actions += review_actions(agent_id) if flag else []
     try:
         with transaction() as write:
             change(write)
             write.update(AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK), actions=actions, condition=condition)
-            write.save(history.new_item(agent_id, event))
-    except ConditionFailed:
+            for event in events:
+                write.save(history.new_item(agent_id, event))
+    except ConditionFailed as failed:
+        # the settings item is an update, and pynamodb sends updates last: its reason is the last
+        failed_items = [reason for reason in failed.reasons if reason == "ConditionalCheckFailed"]
+        if pin_limit is not None and failed.reasons[-1:] == ["ConditionalCheckFailed"] and len(failed_items) == 1:
+            raise PinLimit(pin_limit) from failed
         return False  # the promotion (or the guard) did not hold: nothing was written
     return True
+
+
+def _pinned_as_read(pinned: bool) -> Any:
+    return PromotionItem.pinned_at.exists() if pinned else PromotionItem.pinned_at.does_not_exist()
 
 
 def remove_decision(agent_id: str, vendor: str, name: str) -> bool:
@@ -233,6 +302,8 @@ def _promotion(item: PromotionItem) -> Promotion:
         last_used_at=item.last_used_at,
         due_at=item.due_at,
         due_cause=item.due_cause,
+        pinned_at=item.pinned_at,
+        pinned_by=item.pinned_by,
     )
 
 

@@ -10,7 +10,8 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
   its definition, so one GetItem resolves a tool); `V#vendor#name#0000000001` are the immutable
   versions. `account_id` + begins_with("T#") lists the toolbox. `U#vendor` is a registered MCP
   server whose tools are that vendor's.
-- `history`: one partition per agent, sorted by event id (time first), append-only.
+- `history`: one partition per agent, sorted by event id (time first), append-only: promotions,
+  demotions, pins and unpins.
 - `runs`: one item per call, by run id; `by_agent` lists an agent's runs, the sparse
   `pending_by_account` lists what waits for a person.
 - `connections`: one partition per account; the secret is KMS ciphertext.
@@ -177,6 +178,9 @@ class AgentSettingsItem(AgentPartitionItem, discriminator="agent"):
     webhook_secret = BinaryAttribute(null=True, legacy_encoding=False)
     # the connections the agent may call through; absent means all of the account's
     connection_scope = ListAttribute(of=UnicodeAttribute, null=True)
+    # how many promotions are pinned: moved by the pin, unpin and demote transactions, each
+    # conditioned on it (absent on items from before pins: none pinned)
+    pins = NumberAttribute(null=True)
     # tools and versions the agent published with acquire on `acquire_day` (UTC), for its quota
     acquire_day = UnicodeAttribute(null=True)
     acquire_count = NumberAttribute(null=True)
@@ -221,6 +225,11 @@ class PromotionItem(AgentPartitionItem, discriminator="promotion"):
     due_shard = UnicodeAttribute(null=True)
     due_cause = UnicodeAttribute(null=True)
     tool_key = UnicodeAttribute(null=True)
+    # Set while pinned. A pinned promotion carries no `due_shard`/`due_at` (unless a revocation
+    # made it due with its own cause), so it is out of the sparse `due` index and the sweep never
+    # reads it; unpinning puts it back at its idle deadline.
+    pinned_at = UTCDateTimeAttribute(null=True)
+    pinned_by = UnicodeAttribute(null=True)
     due = PromotionsDue()
     by_tool = PromotionsByTool()
 
@@ -314,7 +323,7 @@ class UpstreamItem(Model):
 
 
 class HistoryItem(Model):
-    """One promotion or demotion; never edited or deleted."""
+    """One promotion, demotion, pin or unpin; never edited or deleted."""
 
     Meta = _meta("history")
     agent_id = UnicodeAttribute(hash_key=True)

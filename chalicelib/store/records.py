@@ -44,6 +44,13 @@ class Promotion:
     last_used_at: datetime | None = None
     due_at: datetime | None = None
     due_cause: str | None = None
+    pinned_at: datetime | None = None  # set while pinned: the rule never demotes it for idle or cap
+    pinned_by: str | None = None  # who pinned it (the agent's id, or `admin`)
+
+    @property
+    def pinned(self) -> bool:
+        """True while the tool is pinned."""
+        return self.pinned_at is not None
 
 
 ALLOW = "allow"
@@ -86,6 +93,11 @@ class AgentState:
         (a lease written by a Lambda whose clock runs behind this one's is still held)."""
         cutoff = (now - SKEW_ALLOWANCE).timestamp()
         return any(expiry > cutoff for expiry in self.leases.values())
+
+    @property
+    def pins(self) -> int:
+        """How many of the promoted tools are pinned."""
+        return sum(1 for p in self.promotions if p.pinned)
 
     def promotion(self, vendor: str, name: str) -> Promotion | None:
         """The promotion of (vendor, name), if it is in the working set."""
@@ -133,7 +145,7 @@ class Upstream:
 
 @dataclass(frozen=True)
 class HistoryEvent:
-    """A promotion or a demotion, with its cause."""
+    """A promotion, a demotion, a pin or an unpin, with its cause."""
 
     vendor: str
     name: str

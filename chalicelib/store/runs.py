@@ -43,14 +43,15 @@ INLINE_RESULT_BYTES = 4096  # a result up to this size rides in the run item its
 RESULT_SUFFIX = "#result"
 
 
-def start(run: Run, *, use_due_at: datetime | None) -> None:
+def start(run: Run, *, use_due_at: datetime | None, pinned: bool = False) -> None:
     """Write the run, take its lease, and (for a promoted tool, `use_due_at` given) record the use
-    and move the tool's idle deadline, atomically.
+    and move the tool's idle deadline, atomically. A `pinned` tool records the use only: it stays
+    out of the `due` index.
 
     A promotion that was demoted meanwhile is no reason to refuse the run: the use is dropped.
     """
     try:
-        _start(run, use_due_at=use_due_at)
+        _start(run, use_due_at=use_due_at, pinned=pinned)
     except ConditionFailed as failure:
         # items go as [put run, update agent, update promotion]: the last one is the use
         if not (use_due_at and failure.reasons[-1:] == ["ConditionalCheckFailed"]):
@@ -58,7 +59,7 @@ def start(run: Run, *, use_due_at: datetime | None) -> None:
         _start(run, use_due_at=None)
 
 
-def _start(run: Run, *, use_due_at: datetime | None) -> None:
+def _start(run: Run, *, use_due_at: datetime | None, pinned: bool = False) -> None:
     with transaction() as write:
         write.save(_item(run), condition=RunItem.run_id.does_not_exist())
         write.update(
@@ -70,11 +71,11 @@ def _start(run: Run, *, use_due_at: datetime | None) -> None:
             condition=AgentSettingsItem.agent_id.exists(),
         )
         if use_due_at is not None:
+            due = {} if pinned else due_fields(run.agent_id, use_due_at)
             write.update(
                 PromotionItem(agent_id=run.agent_id, sk=promotion_sk(run.vendor, run.name)),
                 actions=[PromotionItem.last_used_at.set(run.created_at),
-                         *(getattr(PromotionItem, key).set(value)
-                           for key, value in due_fields(run.agent_id, use_due_at).items())],
+                         *(getattr(PromotionItem, key).set(value) for key, value in due.items())],
                 condition=PromotionItem.sk.exists(),
             )
 

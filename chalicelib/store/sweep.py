@@ -40,13 +40,21 @@ def clear_review(agent_id: str, token: str) -> bool:
 
 def move_deadline(agent_id: str, vendor: str, name: str, due_at: datetime, *,
                   last_used_at: datetime | None) -> bool:
-    """Correct a promotion's idle deadline, unless it was used since it was read."""
-    condition = PromotionItem.sk.exists() & (
+    """Correct a promotion's idle deadline, unless it was used (or pinned) since it was read."""
+    condition = PromotionItem.sk.exists() & PromotionItem.pinned_at.does_not_exist() & (
         PromotionItem.last_used_at == last_used_at if last_used_at is not None
         else PromotionItem.last_used_at.does_not_exist()
     )
     actions = [getattr(PromotionItem, key).set(value) for key, value in due_fields(agent_id, due_at).items()]
     return update_if(PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name)), actions, condition)
+
+
+def leave_due(agent_id: str, vendor: str, name: str) -> bool:
+    """Take a pinned promotion out of the `due` index (a use that raced its pin put it back), unless
+    it was unpinned, or made due by a revocation, since it was read."""
+    condition = PromotionItem.pinned_at.exists() & PromotionItem.due_cause.does_not_exist()
+    return update_if(PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name)),
+                     [PromotionItem.due_at.remove(), PromotionItem.due_shard.remove()], condition)
 
 
 def agents_with_tool(account_id: str, vendor: str, name: str) -> list[str]:

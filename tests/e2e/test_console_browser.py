@@ -338,3 +338,34 @@ paths:
     # AND the toolbox lists it
     page.goto(f"{console_stack.url}/console/tools?q={pets}")
     expect(page.locator(f"tr[data-tool='{pets}__list-pets']")).to_be_visible()
+
+
+def test_pin_a_tool_from_the_agent_page_and_see_the_marker(page: Any, console_stack: Stack) -> None:
+    # GIVEN an agent with two promoted tools
+    shop = f"shop{uuid.uuid4().hex[:6]}"
+    publish_read_tools(console_stack, shop, "list-sales-orders", "get-invoice")
+    agent = console_stack.new_agent()
+    for name in ("list-sales-orders", "get-invoice"):
+        ref = {"vendor": shop, "name": name}
+        assert console_stack.admin("POST", f"/v1/agents/{agent['id']}/working-set", ref)[0] == 201
+    page.goto(f"{console_stack.url}/console/agents/{agent['id']}")
+    expect(page.locator("#working-set .pin-marker")).to_have_count(0)
+    # WHEN the person pins one from its row
+    page.locator(f"tr[data-tool='{shop}__get-invoice'] button:has-text('Pin')").click()
+    # THEN the page says so, the row carries the pin marker and offers Unpin, and the other row does not
+    expect(page.locator(".notice.ok")).to_have_text(f"Pinned {shop}__get-invoice: the sweep never demotes it.")
+    pinned_row = page.locator(f"tr[data-tool='{shop}__get-invoice']")
+    expect(pinned_row.locator(".pin-marker")).to_have_text("pinned")
+    expect(pinned_row.locator("button:has-text('Unpin')")).to_be_visible()
+    expect(page.locator(f"tr[data-tool='{shop}__list-sales-orders'] .pin-marker")).to_have_count(0)
+    assert history(page)[0] == ("pinned", f"{shop}__get-invoice", "the console")
+    shot(page, "17-agent-pinned")
+    # AND the admin API lists it pinned, and a sweep past the idle window demotes only the other
+    listed = console_stack.admin("GET", f"/v1/agents/{agent['id']}/working-set")[1]["items"]
+    items = {item["name"]: item for item in listed}
+    assert (items["get-invoice"]["pinned"], items["list-sales-orders"]["pinned"]) == (True, False)
+    later = (datetime.now(timezone.utc) + timedelta(days=22)).isoformat().replace("+00:00", "Z")
+    assert console_stack.admin("POST", "/v1/sweep", {"now": later})[0] == 200
+    page.reload()
+    assert [row.get_attribute("data-tool") for row in page.locator("#working-set tr[data-tool]").all()] == [
+        f"{shop}__get-invoice"]

@@ -21,7 +21,7 @@ from tests.e2e.conftest import Stack
 
 pytestmark = pytest.mark.anyio
 MODES = ["legacy", "2026-07-28"]
-META = ["find_tool", "promote", "demote", "run_tool", "acquire", "get_run"]
+META = ["find_tool", "promote", "demote", "run_tool", "acquire", "get_run", "pin", "unpin"]
 
 
 @asynccontextmanager
