@@ -155,9 +155,8 @@ def _call_upstream(request: Request, timeout: float) -> dict[str, Any]:
 
     assert request.upstream is not None
     config = settings()
-    credential = {name: value for name, value in request.http.headers.items()
-                  if name.lower() not in ("content-type", "accept")}
-    upstream = mcpclient.Upstream(url=request.upstream.url, headers=credential, timeout=timeout,
+    # the preview's headers carry the credential; the MCP client sets its own protocol headers over them
+    upstream = mcpclient.Upstream(url=request.upstream.url, headers=request.http.headers, timeout=timeout,
                                   max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network)
     return mcpclient.call_tool(upstream, request.upstream.tool, request.arguments)
 
