@@ -26,10 +26,13 @@ class DynamoCalls:
 
     def install(self) -> DynamoCalls:
         """Hook every client the store uses (idempotent)."""
-        from chalicelib.store.base import connection
-        from chalicelib.store.models import TABLES
+        from pynamodb.models import Model
 
-        clients = [connection().client] + [model._get_connection().connection.client for model in TABLES]
+        from chalicelib.store import models
+        from chalicelib.store.base import connection
+
+        kinds = [kind for kind in vars(models).values() if isinstance(kind, type) and issubclass(kind, Model)]
+        clients = [connection().client] + [kind._get_connection().connection.client for kind in kinds if kind is not Model]
         for client in clients:
             client.meta.events.register("after-call.dynamodb", self._record, unique_id=f"bench-{id(self)}")
         return self
@@ -53,7 +56,8 @@ OPERATIONS = [
     ("promote", 4),
     ("demote", 3),
     ("first-class call of a promoted read tool", 4),  # issue 2 said 3; durable runs add the end write
-    ("find_tool, warm instance", 2),
+    # issue 2 said 2; the index no longer holds every definition (issue 14): the hits are one BatchGetItem
+    ("find_tool, warm instance", 3),
     ("find_tool, cold instance", None),
     ("run_tool (read tool, not promoted)", None),
 ]
@@ -68,7 +72,7 @@ def main() -> None:
         from chalice.test import Client
 
         from app import app
-        from chalicelib import accounts, toolbox
+        from chalicelib import accounts, indexes
         from chalicelib.clock import utcnow
         from chalicelib.store.tables import create_all
 
@@ -90,7 +94,7 @@ def main() -> None:
                 "first-class call of a promoted read tool": lambda: mcp.call(
                     "unleashed__tool-0", {"customer": "acme"}),
                 "find_tool, warm instance": lambda: mcp.call("find_tool", {"query": "sales orders"}),
-                "find_tool, cold instance": lambda: (toolbox._indexes.clear(),
+                "find_tool, cold instance": lambda: (indexes.clear(),
                                                      mcp.call("find_tool", {"query": "sales orders"})),
                 "run_tool (read tool, not promoted)": lambda: mcp.call(
                     "run_tool", {"vendor": "unleashed", "name": "tool-5", "input": {"customer": "a"}}),

@@ -106,6 +106,7 @@ class Settings:
     given_console_secret: str = field(repr=False)
     acquire_per_day: int
     run_retention_days: int
+    search_cache_mb: float
     parameters: StageParameters = field(repr=False, compare=False)  # read at first use
 
     @property
@@ -183,5 +184,9 @@ def settings() -> Settings:
         acquire_per_day=int(os.environ.get("WORKSET_ACQUIRE_PER_DAY", "50")),
         # runs (input and result) are deleted by DynamoDB's TTL this many days after they start
         run_retention_days=int(os.environ.get("WORKSET_RUN_RETENTION_DAYS", "30")),
+        # search indexes a warm instance keeps, least recently used out: a quarter of the function's
+        # memory (the models and the runtime take about 300 MiB of 512), 256 MiB elsewhere
+        search_cache_mb=float(os.environ.get("WORKSET_SEARCH_CACHE_MB",
+                                             str(int(os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")) / 4))),
         parameters=StageParameters(stage, region),
     )

@@ -31,13 +31,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from chalicelib import connections, outbound
 from chalicelib.config import settings
 from chalicelib.errors import InvalidInput, WorksetError
+from chalicelib.indexes import INLINE_VECTORS
 from chalicelib.outbound import HttpRequest
 from chalicelib.store import queues
 from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed
 from chalicelib.store.records import ToolVersion
 from chalicelib.store.tools import NewVersion
-from chalicelib.toolbox import INLINE_VECTORS, NAME_PATTERN, ToolSpec
+from chalicelib.toolbox import NAME_PATTERN, ToolSpec
 from chalicelib.validation import parse
 
 OPENAPI, MCP = "openapi", "mcp"  # the kinds of source

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from chalicelib import accounts, connections, hosts, outbound
+from chalicelib import accounts, connections, hosts, indexes, outbound
 from chalicelib.config import settings
 from chalicelib.errors import (
     Conflict,
@@ -31,15 +30,11 @@ from chalicelib.store.records import AgentState, Page, ToolVersion
 from chalicelib.store.tools import NewVersion
 from chalicelib.validation import parse
 
-if TYPE_CHECKING:
-    from chalicelib.search import SearchIndex
-
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,30}$"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 MCP_METHOD = "tools/call"  # the request shape's method for an MCP server's tool
 PUBLISH_ATTEMPTS = 3
 MORE_COUNTED = 500  # a search counts this many hits past its limit, at most
-INLINE_VECTORS = 64  # search vectors computed within one request (about 15 ms each); more go to the work queue
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]{0,63})\}")
 STRAY_BRACE = re.compile(r"[{}]")
 URL_SAFE = "/:@!$&'()*+,;=-._~%{}?"  # characters a URL's path and query keep as they are
@@ -465,47 +460,17 @@ def versions(account_id: str, vendor: str, name: str) -> list[ToolVersion]:
     return found
 
 
-@dataclass
-class _CachedIndex:
-    revision: int
-    index: SearchIndex
-    tools: dict[str, Tool]
-
-
-_indexes: dict[str, _CachedIndex] = {}
-_building = threading.Lock()  # one build at a time: a burst of searches on a cold index waits for one
-
-
 def search(account_id: str, query: str, limit: int) -> tuple[list[Tool], int]:
     """The best `limit` tools for a query, and how many more matched (counted up to
-    MORE_COUNTED). A warm instance reuses its index while the toolbox is unchanged (one read of
-    the toolbox's revision); a publish anywhere moves the revision on. Concurrent searches on a
-    stale index (the threaded local server) build it once, not once each."""
-    revision = tool_store.toolbox_revision(account_id)
-    cached = _indexes.get(account_id)
-    if cached is None or cached.revision != revision:
-        with _building:
-            cached = _indexes.get(account_id)
-            if cached is None or cached.revision != revision:
-                cached = _indexes[account_id] = _build_index(account_id, revision)
-    hits = cached.index.search(query, limit + MORE_COUNTED)
-    return [cached.tools[key] for key, _ in hits[:limit]], max(len(hits) - limit, 0)
+    MORE_COUNTED). The index is the warm instance's, kept current with the toolbox
+    (chalicelib/indexes.py); the hits are read fresh (one BatchGetItem)."""
+    hits = indexes.current(account_id).search(query, limit + MORE_COUNTED)
+    return resolve_many(account_id, [_vendor_name(key) for key, _ in hits[:limit]]), max(len(hits) - limit, 0)
 
 
-def _build_index(account_id: str, revision: int) -> _CachedIndex:
-    from chalicelib.search import PENDING, VECTOR_VERSION, Document, SearchIndex  # numpy and models: see _publish
-
-    tools = {f"{head.vendor}/{head.name}": _tool(head) for head in tool_store.list_heads(account_id)}
-    current = {key: tool.version.vector for key, tool in tools.items() if tool.version.vector_version == VECTOR_VERSION}
-    # A few missing vectors are computed here; many (a large import whose vectors the work queue
-    # is still computing) would stall this search, so they rank without the sentence signal.
-    missing = PENDING if len(tools) - len(current) > INLINE_VECTORS else None
-    documents = [
-        Document(key=key, vendor=tool.spec.vendor, name=tool.spec.name, description=tool.spec.description,
-                 vector=current.get(key, missing))
-        for key, tool in tools.items()
-    ]
-    return _CachedIndex(revision, SearchIndex.build(documents), tools)
+def _vendor_name(key: str) -> tuple[str, str]:
+    vendor, name = key.split("/", 1)
+    return vendor, name
 
 
 def _tool(head: ToolVersion) -> Tool:

@@ -31,7 +31,7 @@ from chalice.test import Client
 from moto import mock_aws
 
 from app import app
-from chalicelib import config, toolbox
+from chalicelib import config, indexes, toolbox
 from chalicelib.store import queues, vault
 from chalicelib.store.tables import create_all
 from local import emulator
@@ -72,7 +72,7 @@ def aws() -> Iterator[None]:
         queues._url.cache_clear()
         queues.ensure(config.settings().sweep_queue)
         queues.ensure(config.settings().webhook_queue)
-        toolbox._indexes.clear()
+        indexes.clear()
         yield
 
 

@@ -1053,10 +1053,12 @@ def exercise_store() -> set[str]:
     assert run(tools.get_version, "acct", "acme", "orders", 1).version == 1
     assert len(run(tools.get_heads, "acct", [("acme", "orders")])) == 1
     assert len(run(tools.list_heads, "acct")) == 1
+    assert len(list(run(tools.iter_heads, "acct"))) == 1
     assert len(run(tools.page_heads, "acct", limit=10).items) == 1
     assert len(run(tools.list_versions, "acct", "acme", "orders")) == 1
     assert [found.version for found in run(tools.get_versions, "acct", [("acme", "orders", 1), ("acme", "x", 1)])] == [1]
     assert run(tools.toolbox_revision, "acct") == 1
+    assert run(tools.changed_since, "acct", 0, 1) == {("acme", "orders")}
     # Imports: batches of versions, marking heads unavailable, vectors filled in later, and the
     # registered MCP servers beside the tools (the sparse `upstreams` index lists the fleet's).
     run(tools.put_versions, "acct", [tools.NewVersion("acme", f"bulk-{n}", {"name": "bulk"}, 0) for n in range(2)],

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chalicelib import embedder, search
+from chalicelib import embedder, indexes, search
 from chalicelib.search import VECTOR_BYTES, Document, SearchIndex, _stem, _wordllama, document_vector
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -303,7 +303,7 @@ def test_a_published_tool_keeps_its_search_vector_so_a_cold_index_embeds_nothing
     from chalicelib import embedder, toolbox
 
     admin.publish()
-    toolbox._indexes.clear()
+    indexes.clear()
     embedded: list[int] = []
     original = embedder.embed
 

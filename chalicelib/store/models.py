@@ -9,7 +9,10 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
 - `tools`: one partition per account. `T#vendor#name` is the head (newest version, a copy of
   its definition, so one GetItem resolves a tool); `V#vendor#name#0000000001` are the immutable
   versions. `account_id` + begins_with("T#") lists the toolbox. `U#vendor` is a registered MCP
-  server whose tools are that vendor's.
+  server whose tools are that vendor's. In the account's own change partition (`<account>#changes`),
+  `C#0000000042` records which heads revision 42 of the toolbox changed: a warm search index reads
+  the records since the revision it holds (one Query of a small partition) instead of the whole
+  toolbox; the table's TTL drops them after CHANGE_RETENTION.
 - `history`: one partition per agent, sorted by event id (time first), append-only: promotions,
   demotions, pins and unpins.
 - `runs`: one item per call, by run id; `by_agent` lists an agent's runs, the sparse
@@ -48,6 +51,7 @@ SESSION_PREFIX = "session#"
 SHARDS = 4  # partitions of each index the sweep reads: a sweep with nothing due makes 3 x SHARDS queries
 VERSION_PREFIX = "V#"
 UPSTREAM_PREFIX = "U#"
+CHANGE_PREFIX = "C#"
 
 
 def _meta(table: str) -> type:
@@ -322,6 +326,19 @@ class UpstreamItem(Model):
     by_shard = UpstreamsByShard()
 
 
+class ToolChangeItem(Model):
+    """Which tools' heads one revision of the toolbox changed, under `C#<revision>`: written in
+    the transaction that moves the account's revision to it, so the records of an unbroken range
+    of revisions name every head that changed in between."""
+
+    Meta = _meta("tools")
+    account_id = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    kind = UnicodeAttribute(default="change")
+    tools = ListAttribute(of=UnicodeAttribute, default=list)  # "vendor/name" of each head written
+    ttl = TTLAttribute(null=True)
+
+
 class HistoryItem(Model):
     """One promotion, demotion, pin or unpin; never edited or deleted."""
 
@@ -468,6 +485,17 @@ def head_sk(vendor: str, name: str) -> str:
 def upstream_sk(vendor: str) -> str:
     """Range key of a registered MCP server."""
     return f"{UPSTREAM_PREFIX}{vendor}"
+
+
+def change_partition(account_id: str) -> str:
+    """Hash key of an account's change records: apart from its toolbox, so that reading the records
+    never walks the toolbox's items (an emulator's query does) and listing tools never meets them."""
+    return f"{account_id}#changes"
+
+
+def change_sk(revision: int) -> str:
+    """Range key of a revision's change record; zero-padded so records sort numerically."""
+    return f"{CHANGE_PREFIX}{revision:010d}"
 
 
 def version_sk(vendor: str, name: str, version: int) -> str:

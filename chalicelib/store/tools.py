@@ -1,23 +1,35 @@
-"""The toolbox: immutable versions, the head copy of each tool's newest version, the revision."""
+"""The toolbox: immutable versions, the head copy of each tool's newest version, the revision.
+
+Every write that changes heads moves the account's toolbox revision by exactly one, with a
+conditional SET (not an ADD) so that the writer knows the number, and records in the same
+transaction which heads it wrote (`ToolChangeItem`). Two writers that read the same revision
+cannot both commit: the loser reads the revision again and sends its transaction once more.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
 
+from chalicelib.clock import utcnow
+from chalicelib.errors import Busy
 from chalicelib.store.base import ConditionFailed, key_ok, page, transaction
 from chalicelib.store.models import (
     HEAD_PREFIX,
     VERSION_PREFIX,
     AccountItem,
     ToolboxItem,
+    ToolChangeItem,
     ToolHeadItem,
     ToolVersionItem,
+    change_partition,
+    change_sk,
     head_sk,
     version_sk,
 )
@@ -44,12 +56,14 @@ def get_version(account_id: str, vendor: str, name: str, version: int) -> ToolVe
         return None
 
 
-def get_heads(account_id: str, tools: Iterable[tuple[str, str]]) -> dict[tuple[str, str], ToolVersion]:
-    """The newest versions of several tools in one batch read, keyed by (vendor, name)."""
+def get_heads(account_id: str, tools: Iterable[tuple[str, str]], *,
+              consistent: bool = False) -> dict[tuple[str, str], ToolVersion]:
+    """The newest versions of several tools in batch reads (100 keys each), keyed by (vendor, name)."""
     keys = [(account_id, head_sk(vendor, name)) for vendor, name in tools]
     if not keys:
         return {}
-    return {(item.vendor, item.name): _record(item) for item in ToolHeadItem.batch_get(keys)}
+    return {(item.vendor, item.name): _record(item)
+            for item in ToolHeadItem.batch_get(keys, consistent_read=consistent)}
 
 
 def get_versions(account_id: str, versions: Iterable[tuple[str, str, int]]) -> list[ToolVersion]:
@@ -60,8 +74,13 @@ def get_versions(account_id: str, versions: Iterable[tuple[str, str, int]]) -> l
 
 def list_heads(account_id: str) -> list[ToolVersion]:
     """Every tool of the account at its newest version (the whole toolbox, all pages)."""
-    condition = ToolboxItem.sk.startswith(HEAD_PREFIX)
-    return [_record(item) for item in ToolHeadItem.query(account_id, condition)]
+    return list(iter_heads(account_id))
+
+
+def iter_heads(account_id: str) -> Iterator[ToolVersion]:
+    """`list_heads` a page at a time, each read as the caller gets to it: a caller that keeps only
+    a little of each tool never holds the whole toolbox."""
+    return map(_record, ToolHeadItem.query(account_id, ToolboxItem.sk.startswith(HEAD_PREFIX)))
 
 
 def page_heads(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
@@ -85,10 +104,30 @@ def list_versions(account_id: str, vendor: str, name: str) -> list[ToolVersion]:
     return [_record(item) for item in ToolVersionItem.query(account_id, condition)]
 
 
-def toolbox_revision(account_id: str) -> int:
-    """A counter that every publish in the account moves on."""
-    item = AccountItem.get(account_id, attributes_to_get=["toolbox_revision"])
+def toolbox_revision(account_id: str, *, consistent: bool = False) -> int:
+    """A counter that every change to the toolbox's heads moves on by one."""
+    item = AccountItem.get(account_id, attributes_to_get=["toolbox_revision"], consistent_read=consistent)
     return int(item.toolbox_revision or 0)
+
+
+def changed_since(account_id: str, revision: int, current: int) -> set[tuple[str, str]] | None:
+    """(vendor, name) of every head written after `revision` up to `current`, from the change
+    records (one consistent Query); None when a record in the range is missing (expired, or the
+    revision moved before records were kept), so the changes are unknown."""
+    if current <= revision:
+        return set()
+    records = list(ToolChangeItem.query(change_partition(account_id), ToolChangeItem.sk.between(change_sk(revision + 1),
+                                                                           change_sk(current)),
+                                        consistent_read=True))
+    if len(records) != current - revision:
+        return None
+    return {_tool_of(str(key)) for record in records for key in record.tools}
+
+
+def _tool_of(key: str) -> tuple[str, str]:
+    """(vendor, name) of a change record's "vendor/name"."""
+    vendor, name = key.split("/", 1)
+    return vendor, name
 
 
 @dataclass(frozen=True)
@@ -104,8 +143,8 @@ class NewVersion:
     origin: dict[str, Any] | None = None
 
 
-# A transaction holds at most 100 actions and 4 MB: a batch of tools (two items each) and the
-# account's revision stays within both.
+# A transaction holds at most 100 actions and 4 MB: a batch of tools (two items each), the
+# account's revision and its change record stay within both.
 BATCH_TOOLS = 49
 BATCH_BYTES = 3_500_000
 
@@ -124,21 +163,14 @@ def put_versions(account_id: str, versions: Sequence[NewVersion], published_by: 
     """Publish several tools' next versions: one transaction per batch of up to BATCH_TOOLS tools,
     each also moving the toolbox's revision. Raises `ConditionFailed` when another publish of a
     tool in a batch got there first: that batch wrote nothing (earlier batches stand)."""
-    published = []
+    published: list[ToolVersion] = []
+    revision = None
     for batch in _batches(versions, lambda new: 2 * len(json.dumps(new.definition)) + 2 * len(new.vector or b"")):
-        with transaction() as write:
-            for new in batch:
-                record = ToolVersion(new.vendor, new.name, new.previous + 1, new.definition, published_at=now,
-                                     published_by=published_by, vector=new.vector, vector_version=new.vector_version,
-                                     origin=new.origin)
-                fields = _fields(account_id, record)
-                write.save(ToolVersionItem(sk=version_sk(new.vendor, new.name, record.version), **fields),
-                           condition=ToolboxItem.sk.does_not_exist())
-                write.save(ToolHeadItem(sk=head_sk(new.vendor, new.name), **fields),
-                           condition=ToolboxItem.sk.does_not_exist() if new.previous == 0
-                           else ToolboxItem.version == new.previous)
-                published.append(record)
-            _move_revision(write, account_id)
+        records = [ToolVersion(new.vendor, new.name, new.previous + 1, new.definition, published_at=now,
+                               published_by=published_by, vector=new.vector, vector_version=new.vector_version,
+                               origin=new.origin) for new in batch]
+        revision = _revise(account_id, records, partial(_save_versions, account_id, batch, records), revision, now)
+        published.extend(records)
     return published
 
 
@@ -147,26 +179,22 @@ def set_unavailable(account_id: str, heads: Sequence[ToolVersion], reason: str |
     is still the version given; one transaction per batch, each moving the revision. Raises
     `ConditionFailed` when a head moved on: that batch wrote nothing."""
     action = ToolHeadItem.unavailable.set(reason) if reason is not None else ToolHeadItem.unavailable.remove()
-    for batch in _batches(heads, lambda head: 0, tools=2 * BATCH_TOOLS):
-        with transaction() as write:
-            for head in batch:
-                write.update(ToolHeadItem(account_id=account_id, sk=head_sk(head.vendor, head.name)),
-                             actions=[action], condition=ToolboxItem.version == head.version)
-            _move_revision(write, account_id)
+    revision = None
+    for batch in _batches(heads, lambda head: 0, tools=CHANGES_PER_REVISION):
+        revision = _revise(account_id, batch, partial(_update_heads, account_id, [(head, [action]) for head in batch]),
+                           revision, utcnow())
 
 
 def set_vectors(account_id: str, vectors: Sequence[tuple[ToolVersion, bytes]], vector_version: str) -> None:
     """Store search vectors computed after their versions were published: on each version, and on
-    its head while the head is still that version (a newer head carries its own). One transaction
-    per batch for the versions and one for the heads, each moving the revision so that warm
-    search indexes take the vectors up."""
-    for batch in _batches(vectors, lambda pair: 0, tools=2 * BATCH_TOOLS):
+    its head while the head is still that version (a newer head carries its own). The heads'
+    transactions move the revision, so that warm search indexes take the vectors up."""
+    for batch in _batches(vectors, lambda pair: 0, tools=CHANGES_PER_REVISION):
         with transaction() as write:
             for version, vector in batch:
                 write.update(ToolVersionItem(account_id=account_id,
                                              sk=version_sk(version.vendor, version.name, version.version)),
                              actions=_vector_actions(vector, vector_version), condition=ToolboxItem.sk.exists())
-            _move_revision(write, account_id)
         try:
             _set_head_vectors(account_id, batch, vector_version)
         except ConditionFailed:  # some heads moved on: the others one by one
@@ -178,21 +206,63 @@ def set_vectors(account_id: str, vectors: Sequence[tuple[ToolVersion, bytes]], v
 
 
 def _set_head_vectors(account_id: str, pairs: Sequence[tuple[ToolVersion, bytes]], vector_version: str) -> None:
-    with transaction() as write:
-        for version, vector in pairs:
-            write.update(ToolHeadItem(account_id=account_id, sk=head_sk(version.vendor, version.name)),
-                         actions=_vector_actions(vector, vector_version),
-                         condition=ToolboxItem.version == version.version)
-        _move_revision(write, account_id)
+    updates = [(version, _vector_actions(vector, vector_version)) for version, vector in pairs]
+    _revise(account_id, [version for version, _ in pairs], partial(_update_heads, account_id, updates), None, utcnow())
+
+
+def _save_versions(account_id: str, batch: Sequence[NewVersion], records: Sequence[ToolVersion], write: Any) -> None:
+    """Each new version, and its head while the head is still the version it follows."""
+    for new, record in zip(batch, records):
+        fields = _fields(account_id, record)
+        write.save(ToolVersionItem(sk=version_sk(new.vendor, new.name, record.version), **fields),
+                   condition=ToolboxItem.sk.does_not_exist())
+        write.save(ToolHeadItem(sk=head_sk(new.vendor, new.name), **fields),
+                   condition=ToolboxItem.sk.does_not_exist() if new.previous == 0
+                   else ToolboxItem.version == new.previous)
+
+
+def _update_heads(account_id: str, updates: Sequence[tuple[ToolVersion, list[Any]]], write: Any) -> None:
+    """Each head's actions, while the head is still the version given."""
+    for head, actions in updates:
+        write.update(ToolHeadItem(account_id=account_id, sk=head_sk(head.vendor, head.name)),
+                     actions=actions, condition=ToolboxItem.version == head.version)
 
 
 def _vector_actions(vector: bytes, vector_version: str) -> list[Any]:
     return [ToolboxItem.vector.set(vector), ToolboxItem.vector_version.set(vector_version)]
 
 
-def _move_revision(write: Any, account_id: str) -> None:
-    write.update(AccountItem(account_id=account_id), actions=[AccountItem.toolbox_revision.add(1)],
-                 condition=AccountItem.account_id.exists())
+# A transaction holds at most 100 actions: the heads a revision changes, the revision and its record.
+CHANGES_PER_REVISION = 98
+REVISION_ATTEMPTS = 8  # writers racing for one account's next revision; past this the store is Busy
+CHANGE_RETENTION = timedelta(days=7)  # a warm index older than this rebuilds from the whole toolbox
+
+
+def _revise(account_id: str, heads: Sequence[ToolVersion], write: Callable[[Any], None], revision: int | None,
+            now: datetime) -> int:
+    """Commit `write`'s items in one transaction that also moves the toolbox from `revision` (read
+    here when None) to the next and records the heads it changed; returns the new revision.
+    When another writer took that revision first, the revision is read again and the
+    transaction sent again; a condition of `write`'s own that fails raises `ConditionFailed`."""
+    if revision is None:
+        revision = toolbox_revision(account_id, consistent=True)
+    keys = sorted({f"{head.vendor}/{head.name}" for head in heads})
+    for _ in range(REVISION_ATTEMPTS):
+        try:
+            with transaction() as tx:
+                write(tx)
+                tx.save(ToolChangeItem(account_id=change_partition(account_id), sk=change_sk(revision + 1),
+                                       tools=keys, ttl=now + CHANGE_RETENTION),
+                        condition=ToolChangeItem.sk.does_not_exist())
+                tx.update(AccountItem(account_id=account_id), actions=[AccountItem.toolbox_revision.set(revision + 1)],
+                          condition=AccountItem.account_id.exists() & (AccountItem.toolbox_revision == revision))
+            return revision + 1
+        except ConditionFailed:
+            current = toolbox_revision(account_id, consistent=True)
+            if current == revision:
+                raise  # the revision held: one of `write`'s own conditions failed
+            revision = current
+    raise Busy("the toolbox is changing too fast to publish into; nothing was changed, try again shortly")
 
 
 def _batches(items: Sequence[Any], size: Any, *, tools: int = BATCH_TOOLS) -> Iterator[list[Any]]:

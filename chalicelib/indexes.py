@@ -1,0 +1,108 @@
+"""The search index each warm instance keeps per account, current with the toolbox.
+
+`current(account_id)` reads the toolbox's revision (one GetItem). When the index it holds is
+older, it reads the change records since (`store.tools.changed_since`, one consistent Query) and
+the heads they name (one BatchGetItem per 100), and updates the index in place
+(`SearchIndex.updated`): a publish costs the next search about what the changed tools cost, not
+a rebuild. It rebuilds from every head when it holds none, when the records no longer reach back
+(expired, or written before records were kept), or when so much changed that reading it all is
+cheaper.
+
+Indexes are kept least recently used first out, within `WORKSET_SEARCH_CACHE_MB` of their own
+estimated size (`SearchIndex.nbytes`): an instance serving many accounts rebuilds some of them,
+it never runs out of memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from chalicelib.config import settings
+from chalicelib.store import tools as tool_store
+from chalicelib.store.records import ToolVersion
+
+if TYPE_CHECKING:
+    from chalicelib.search import Document, SearchIndex
+
+INLINE_VECTORS = 64  # search vectors computed within one request (about 15 ms each); more go to the work queue
+MAX_CHANGED = 2_000  # past this many changed tools (or a tenth of the toolbox) a full read is cheaper
+MAX_REVISIONS = 500  # change records read at most; an index further behind is rebuilt
+
+
+@dataclass(frozen=True)
+class _Entry:
+    revision: int
+    index: SearchIndex
+    nbytes: int
+
+
+_entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
+_lock = threading.Lock()  # one refresh at a time: a burst of searches on a stale index waits for one
+
+
+def current(account_id: str) -> SearchIndex:
+    """The account's search index as of the toolbox's current revision."""
+    revision = tool_store.toolbox_revision(account_id)
+    entry = _entries.get(account_id)
+    if entry is None or entry.revision < revision:
+        with _lock:
+            entry = _entries.get(account_id)
+            if entry is None or entry.revision < revision:
+                entry = _refreshed(account_id, entry, revision)
+    with _lock:
+        _keep(account_id, entry)
+    return entry.index
+
+
+def clear() -> None:
+    """Forget every index (tests; a process that wants its memory back)."""
+    with _lock:
+        _entries.clear()
+
+
+def cached_bytes() -> int:
+    """What the indexes held now take, by their own estimate."""
+    return sum(entry.nbytes for entry in list(_entries.values()))
+
+
+def _refreshed(account_id: str, entry: _Entry | None, revision: int) -> _Entry:
+    if entry is not None and revision - entry.revision <= MAX_REVISIONS:
+        changed = tool_store.changed_since(account_id, entry.revision, revision)
+        if changed is not None and len(changed) <= min(MAX_CHANGED, max(len(entry.index), 10) // 10):
+            heads = tool_store.get_heads(account_id, sorted(changed), consistent=True)
+            index = entry.index.updated(_documents(list(heads.values())))
+            return _Entry(revision, index, index.nbytes)
+    from chalicelib.search import SearchIndex  # numpy and the models: only where a search runs
+
+    index = SearchIndex.build(_documents(tool_store.iter_heads(account_id)))
+    return _Entry(revision, index, index.nbytes)
+
+
+def _keep(account_id: str, entry: _Entry) -> None:
+    """Hold `entry` as the most recently used, dropping the least recently used past the budget
+    (never the one just used: an index larger than the whole budget still serves its search)."""
+    _entries[account_id] = entry
+    _entries.move_to_end(account_id)
+    budget = settings().search_cache_mb * (1 << 20)
+    while len(_entries) > 1 and sum(e.nbytes for e in _entries.values()) > budget:
+        _entries.popitem(last=False)
+
+
+def _documents(heads: Iterable[ToolVersion]) -> list[Document]:
+    """Search documents for tool heads, with their stored vectors, keeping only what the index
+    needs of each head as it is read. A few missing vectors are computed by the index; many (a
+    large import whose vectors the work queue is still computing) would stall this search, so
+    they rank without the sentence signal until they arrive."""
+    from chalicelib.search import PENDING, VECTOR_VERSION, Document
+
+    documents = [Document(key=f"{head.vendor}/{head.name}", vendor=head.vendor, name=head.name,
+                          description=str(head.definition.get("description", "")),
+                          vector=head.vector if head.vector_version == VECTOR_VERSION else None)
+                 for head in heads]
+    if sum(document.vector is None for document in documents) <= INLINE_VECTORS:
+        return documents
+    return [replace(document, vector=PENDING) if document.vector is None else document for document in documents]

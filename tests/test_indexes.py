@@ -1,0 +1,255 @@
+"""A warm instance's search index follows the toolbox by its change records (chalicelib/indexes.py,
+store.tools), updates in place (SearchIndex.updated), and is kept within a memory budget."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from bench.dynamo_calls import DynamoCalls
+from chalicelib import accounts, indexes, search
+from chalicelib.clock import utcnow
+from chalicelib.search import Document, SearchIndex, _Terms, document_vector
+from chalicelib.store import tools as tool_store
+from chalicelib.store.base import ConditionFailed
+from chalicelib.store.models import ToolChangeItem, change_partition, change_sk
+from chalicelib.store.tools import NewVersion
+from tests.conftest import Admin, Mcp
+from tests.test_search import TOOLBOX, doc, keys
+
+QUERIES = ["sales orders by customer", "refund a buyer", "weather in a city", "send an invoice", "stock per warehouse",
+           "card charges", "unpaid bills", "create a product"]
+
+
+def find(mcp: Mcp, query: str) -> list[str]:
+    return [hit["name"] for hit in mcp.call("find_tool", {"query": query})["structuredContent"]["hits"]]
+
+
+# --- the change records ------------------------------------------------------------------------
+
+
+def test_each_write_of_heads_moves_the_revision_by_one_and_records_the_heads() -> None:
+    # GIVEN an account
+    account_id = accounts.create_account("acme", utcnow())[0].account_id
+    # WHEN two tools are published in one batch, one of them is marked unavailable, and a vector set
+    published = tool_store.put_versions(account_id, [NewVersion("acme", "a", {}, 0), NewVersion("acme", "b", {}, 0)],
+                                        "admin", utcnow())
+    tool_store.set_unavailable(account_id, published[:1], "gone")
+    tool_store.set_vectors(account_id, [(published[1], b"v" * 768)], "test")
+    # THEN each write is one revision, and the records name exactly the heads each wrote
+    assert tool_store.toolbox_revision(account_id) == 3
+    assert tool_store.changed_since(account_id, 0, 3) == {("acme", "a"), ("acme", "b")}
+    assert tool_store.changed_since(account_id, 1, 3) == {("acme", "a"), ("acme", "b")}
+    assert tool_store.changed_since(account_id, 2, 3) == {("acme", "b")}
+    assert tool_store.changed_since(account_id, 3, 3) == set()
+
+
+def test_a_missing_change_record_makes_the_changes_unknown() -> None:
+    # GIVEN three publishes, the middle one's record gone (expired)
+    account_id = accounts.create_account("acme", utcnow())[0].account_id
+    for name in "abc":
+        tool_store.put_version(account_id, NewVersion("acme", name, {}, 0), "admin", utcnow())
+    ToolChangeItem(account_id=change_partition(account_id), sk=change_sk(2)).delete()
+    # WHEN the changes since revision 1 are asked for
+    # THEN they are unknown (a reader must read the whole toolbox), while those after 2 are known
+    assert tool_store.changed_since(account_id, 1, 3) is None
+    assert tool_store.changed_since(account_id, 2, 3) == {("acme", "c")}
+
+
+def test_a_writer_that_read_an_old_revision_reads_it_again_and_commits() -> None:
+    # GIVEN a writer that read revision 0, then another publish took revision 1
+    account_id = accounts.create_account("acme", utcnow())[0].account_id
+    tool_store.put_version(account_id, NewVersion("acme", "first", {}, 0), "admin", utcnow())
+    stale = tool_store.toolbox_revision  # what put_versions would have read before the other publish
+    # WHEN the late writer commits at the revision it read
+    revision = tool_store._revise(account_id, [], lambda write: None, 0, utcnow())
+    # THEN it commits as the next revision instead, and both records stand
+    assert revision == 2 == stale(account_id)
+    assert tool_store.changed_since(account_id, 0, 2) == {("acme", "first")}
+
+
+def test_a_write_whose_own_condition_fails_writes_nothing_and_moves_nothing() -> None:
+    # GIVEN a tool at version 1
+    account_id = accounts.create_account("acme", utcnow())[0].account_id
+    tool_store.put_version(account_id, NewVersion("acme", "a", {}, 0), "admin", utcnow())
+    # WHEN a publish claims it follows version 5
+    with pytest.raises(ConditionFailed):
+        tool_store.put_version(account_id, NewVersion("acme", "a", {"x": 1}, 5), "admin", utcnow())
+    # THEN the revision and the records are as they were
+    assert tool_store.toolbox_revision(account_id) == 1
+    assert tool_store.changed_since(account_id, 0, 2) is None
+    assert tool_store.get_head(account_id, "acme", "a").version == 1
+
+
+def test_change_records_expire_with_the_tables_ttl() -> None:
+    # GIVEN a publish
+    account_id = accounts.create_account("acme", utcnow())[0].account_id
+    before = utcnow()
+    tool_store.put_version(account_id, NewVersion("acme", "a", {}, 0), "admin", before)
+    # WHEN its record is read
+    record = ToolChangeItem.get(change_partition(account_id), change_sk(1))
+    # THEN DynamoDB's TTL drops it after the retention
+    assert record.ttl >= before + tool_store.CHANGE_RETENTION - timedelta(seconds=1)
+
+
+# --- SearchIndex.updated ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stored() -> list[Document]:
+    return [Document(f"{v}/{n}", v, n, d, document_vector(v, n, d)) for v, n, d in TOOLBOX]
+
+
+def test_an_updated_index_finds_a_new_tool_and_a_changed_description(stored: list[Document]) -> None:
+    # GIVEN an index over nine of the tools
+    index = SearchIndex.build(stored[:9])
+    # WHEN the tenth is added and a description changes
+    changed = doc("xero", "list-bills", "Payouts sent to the merchant's bank account.")
+    updated = index.updated([stored[9], changed])
+    # THEN the new tool is found, the new wording finds the changed tool and the old wording no longer does
+    assert keys(updated.search("weather conditions in a city", 1)) == ["metoffice/dailyweatherreport"]
+    assert keys(updated.search("payouts to my bank", 1)) == ["xero/list-bills"]
+    assert updated._signals.lexicon.scores(["ledger"])[0].max() == 0
+    # AND the index it came from is untouched (searches in flight keep using it)
+    assert len(index) == 9 and keys(index.search("accounting ledger", 1)) == ["xero/list-bills"]
+
+
+def test_keyword_scores_after_updates_equal_a_fresh_builds(stored: list[Document]) -> None:
+    # GIVEN an index updated twice (a tool added, then two descriptions changed)
+    changed = [doc("shopify", "refund-payment", "Refund an order to the buyer's card."),
+               doc("xero", "list-bills", "Bills and invoices awaiting payment.")]
+    updated = SearchIndex.build(stored[:9]).updated([stored[9]]).updated(changed)
+    fresh = SearchIndex.build([*stored, *changed])
+    # WHEN both score the same words
+    for query in QUERIES:
+        words = search._content_words(query)
+        ours = _by_key(updated, updated._signals.lexicon.scores(words))
+        theirs = _by_key(fresh, fresh._signals.lexicon.scores(words))
+        # THEN BM25 and the name share are the same for every tool
+        assert ours.keys() == theirs.keys()
+        for key in ours:
+            np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-12)
+
+
+def test_an_updated_index_ranks_like_a_fresh_build(stored: list[Document]) -> None:
+    # GIVEN an index updated in place and a fresh build of the same docs
+    changed = [doc("shopify", "refund-payment", "Refund an order to the buyer's card.")]
+    updated = SearchIndex.build(stored[:8]).updated(stored[8:]).updated(changed)
+    fresh = SearchIndex.build([*stored, *changed])
+    # WHEN both answer the queries
+    # THEN the best tool is the same for each (only the static signal's token weights may differ slightly)
+    assert [keys(updated.search(q, 1)) for q in QUERIES] == [keys(fresh.search(q, 1)) for q in QUERIES]
+
+
+def test_too_many_changes_rebuild_the_index_whole(stored: list[Document], monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an index, and a rebuild share of 20%
+    monkeypatch.setattr(search, "REBUILD_SHARE", 0.2)
+    index = SearchIndex.build(stored[:8])
+    # WHEN one change comes, then more than the share
+    once = index.updated([stored[8]])
+    again = once.updated([stored[9], doc("xero", "list-bills", "Bills awaiting payment.")])
+    # THEN the first is applied in place and the second rebuilds (nothing counted as changed since)
+    assert once._changed == 1
+    assert again._changed == 0 and len(again) == 10
+    assert keys(again.search("weather conditions in a city", 1)) == ["metoffice/dailyweatherreport"]
+
+
+def test_a_pending_vector_that_arrives_joins_the_sentence_signal(stored: list[Document]) -> None:
+    # GIVEN an index where one tool's vector is still being computed
+    pending = Document(stored[9].key, "metoffice", "dailyweatherreport", stored[9].description, search.PENDING)
+    index = SearchIndex.build([*stored[:9], pending])
+    # WHEN its vector arrives
+    updated = index.updated([stored[9]])
+    # THEN it ranks with it, exactly as if it had been there from the start
+    assert not index._signals.known[9] and updated._signals.known[9]
+    np.testing.assert_array_equal(updated._signals.vectors, SearchIndex.build(stored)._signals.vectors)
+
+
+def _by_key(index: SearchIndex, scores: tuple[np.ndarray, np.ndarray]) -> dict[str, tuple[float, float]]:
+    bm25, named = scores
+    return {key: (bm25[row], named[row]) for row, key in enumerate(index._keys)}
+
+
+def test_terms_count_name_words_more_than_description_words() -> None:
+    terms = _Terms.of(doc("acme", "list-orders", "List every order."), ["list", "orders"])
+    assert terms.freqs["order"] == search.NAME_WEIGHT + 1 and terms.named == {"acme", "list", "order"}
+
+
+# --- the warm instance --------------------------------------------------------------------------
+
+
+def test_a_publish_reaches_a_warm_index_by_its_change_records(admin: Admin, mcp: Mcp) -> None:
+    # GIVEN a warm index over two tools
+    admin.publish()
+    admin.publish(name="list-invoices", description="List invoices sent to customers.")
+    assert find(mcp, "sales orders")[0] == "list-sales-orders"
+    # WHEN a third tool is published and the agent searches again
+    admin.publish(name="weather-report", description="Weather forecast for a city.")
+    counter = DynamoCalls().install()
+    with counter.measure() as made:
+        hits = find(mcp, "forecast for Paris")
+    # THEN the new tool is found, reading the change record and the one changed head, not the toolbox
+    assert hits[0] == "weather-report"
+    assert sorted(made) == ["BatchGetItem", "BatchGetItem", "GetItem", "Query", "Query"]  # auth, revision,
+    # records, the changed head, the hits
+
+
+def test_a_gap_in_the_records_rebuilds_from_the_whole_toolbox(admin: Admin, mcp: Mcp) -> None:
+    # GIVEN a warm index, then two publishes whose first record is gone
+    admin.publish()
+    assert find(mcp, "sales orders")[0] == "list-sales-orders"
+    admin.publish(name="list-invoices", description="List invoices sent to customers.")
+    admin.publish(name="weather-report", description="Weather forecast for a city.")
+    account_id = accounts.authenticate_admin(admin.token)
+    ToolChangeItem(account_id=change_partition(account_id), sk=change_sk(2)).delete()
+    # WHEN the agent searches
+    # THEN both new tools are found (from the whole toolbox)
+    assert find(mcp, "forecast for Paris")[0] == "weather-report"
+    assert find(mcp, "invoices sent")[0] == "list-invoices"
+
+
+def test_an_index_never_goes_back_to_an_older_revision(admin: Admin, mcp: Mcp, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a warm index at the current revision
+    admin.publish()
+    find(mcp, "sales orders")
+    # WHEN a lagging read of the revision says an older one
+    monkeypatch.setattr(tool_store, "toolbox_revision", lambda account_id, consistent=False: 0)
+    counter = DynamoCalls().install()
+    with counter.measure() as made:
+        hits = find(mcp, "sales orders")
+    # THEN the index held is used as it is
+    assert hits == ["list-sales-orders"] and "Query" not in made[1:]
+
+
+def test_indexes_are_kept_least_recently_used_within_the_budget(client, settings_env) -> None:
+    # GIVEN three accounts with a tool each, and a budget that holds two and a half of their indexes
+    ids = []
+    for name in ("acme", "globex", "initech"):
+        account_id = accounts.create_account(name, utcnow())[0].account_id
+        tool_store.put_version(account_id, NewVersion("acme", "orders", {"description": "List orders."}, 0),
+                               "admin", utcnow())
+        ids.append(account_id)
+    budget = 2.5 * indexes.current(ids[0]).nbytes
+    indexes.clear()
+    settings_env(WORKSET_SEARCH_CACHE_MB=str(budget / (1 << 20)))
+    # WHEN the accounts are searched in turn, the first again last
+    for account_id in (*ids, ids[0]):
+        indexes.current(account_id)
+    # THEN the memory held stays within the budget, the index used last is kept, the oldest dropped
+    assert indexes.cached_bytes() <= budget
+    assert list(indexes._entries) == [ids[2], ids[0]]
+
+
+def test_an_index_larger_than_the_budget_still_serves(settings_env, client) -> None:
+    # GIVEN a budget smaller than any index
+    account_id = accounts.create_account("acme", utcnow())[0].account_id
+    tool_store.put_version(account_id, NewVersion("acme", "orders", {"description": "List orders."}, 0), "admin",
+                           utcnow())
+    settings_env(WORKSET_SEARCH_CACHE_MB="0")
+    # WHEN the account searches
+    index = indexes.current(account_id)
+    # THEN its index answers, and is the only one held
+    assert keys(index.search("orders", 1)) == ["acme/orders"]
+    assert list(indexes._entries) == [account_id]
