@@ -15,9 +15,12 @@ it never runs out of memory.
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import gc
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -47,15 +50,22 @@ _lock = threading.Lock()  # one refresh at a time: a burst of searches on a stal
 def current(account_id: str) -> SearchIndex:
     """The account's search index as of the toolbox's current revision."""
     revision = tool_store.toolbox_revision(account_id)
-    entry = _entries.get(account_id)
-    if entry is None or entry.revision < revision:
+    rebuilt = False
+    if not _holds(account_id, revision):
         with _lock:
-            entry = _entries.get(account_id)
-            if entry is None or entry.revision < revision:
-                entry = _refreshed(account_id, entry, revision)
+            if not _holds(account_id, revision):
+                rebuilt = _refresh(account_id, revision)
     with _lock:
-        _keep(account_id, entry)
+        entry = _entries[account_id]
+        evicted = _keep(account_id, entry)
+    if rebuilt or evicted:
+        _release_freed_memory()  # the old indexes are unreferenced by now, unless a search still runs on one
     return entry.index
+
+
+def _holds(account_id: str, revision: int) -> bool:
+    entry = _entries.get(account_id)
+    return entry is not None and entry.revision >= revision
 
 
 def clear() -> None:
@@ -69,27 +79,68 @@ def cached_bytes() -> int:
     return sum(entry.nbytes for entry in list(_entries.values()))
 
 
-def _refreshed(account_id: str, entry: _Entry | None, revision: int) -> _Entry:
+def _refresh(account_id: str, revision: int) -> bool:
+    """Bring the account's index to `revision` (under the lock); whether it was built whole."""
+    entry = _entries.get(account_id)
     if entry is not None and revision - entry.revision <= MAX_REVISIONS:
         changed = tool_store.changed_since(account_id, entry.revision, revision)
         if changed is not None and len(changed) <= min(MAX_CHANGED, max(len(entry.index), 10) // 10):
             heads = tool_store.get_heads(account_id, sorted(changed), consistent=True)
             index = entry.index.updated(_documents(list(heads.values())))
-            return _Entry(revision, index, index.nbytes)
+            _entries[account_id] = _Entry(revision, index, index.nbytes)
+            return False
     from chalicelib.search import SearchIndex  # numpy and the models: only where a search runs
 
+    del entry
+    _make_room(account_id)
     index = SearchIndex.build(_documents(tool_store.iter_heads(account_id)))
-    return _Entry(revision, index, index.nbytes)
+    _entries[account_id] = _Entry(revision, index, index.nbytes)
+    return True
 
 
-def _keep(account_id: str, entry: _Entry) -> None:
+def _make_room(account_id: str) -> None:
+    """Before a build: drop the account's stale index, and the least recently used others until
+    one more index as large as the largest held fits the budget, then hand their memory back; a
+    build's own peak then never comes on top of a full cache."""
+    expected = max((entry.nbytes for entry in _entries.values()), default=0)
+    _entries.pop(account_id, None)
+    budget = settings().search_cache_mb * (1 << 20)
+    while _entries and sum(entry.nbytes for entry in _entries.values()) + expected > budget:
+        _entries.popitem(last=False)
+    _release_freed_memory()
+
+
+def _keep(account_id: str, entry: _Entry) -> bool:
     """Hold `entry` as the most recently used, dropping the least recently used past the budget
-    (never the one just used: an index larger than the whole budget still serves its search)."""
+    (never the one just used: an index larger than the whole budget still serves its search);
+    whether any was dropped."""
     _entries[account_id] = entry
     _entries.move_to_end(account_id)
     budget = settings().search_cache_mb * (1 << 20)
+    evicted = False
     while len(_entries) > 1 and sum(e.nbytes for e in _entries.values()) > budget:
         _entries.popitem(last=False)
+        evicted = True
+    return evicted
+
+
+def _release_freed_memory() -> None:
+    """Hand the heap that a build or an evicted index freed back to the system. glibc keeps freed
+    small blocks for reuse, and a build of 10,000 tools frees some 55 MiB of them, which a Lambda's
+    memory limit counts as used (bench/index_updates.py prints the resident memory). No-op
+    without glibc."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+    except (AttributeError, OSError):
+        return None
 
 
 def _documents(heads: Iterable[ToolVersion]) -> list[Document]:

@@ -66,8 +66,9 @@ HIT_COSINE = 0.1  # MiniLM cosine that lists a doc without a shared word, once a
 BM25_K1 = 1.2
 BM25_B = 0.3
 NAME_WEIGHT = 3.0  # a vendor/name term counts like this many description terms
-_CHUNK = 2048  # token rows per product when weighing tokens, bounds memory on big indexes
+_CHUNK = 256  # token rows per product when weighing tokens, bounds memory on big indexes
 _POOL_CHUNK = 128  # docs per count matrix when pooling
+ENCODE_BATCH = 512  # texts tokenized at once
 SAME_AS_MEAN = 1e-3  # float32 rounding of |v|^2 - 2 v.m + |m|^2 for unit vectors is ~1e-7, so ~3e-4 apart
 
 # What a stored vector is: change the version whenever the model or the text it is computed
@@ -347,8 +348,13 @@ class _Wordllama:
         )
 
     def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+        """Token ids of each text, ENCODE_BATCH texts at a time (an encoding holds offsets, tokens
+        and masks too: a whole toolbox's at once weighs tens of MiB)."""
+        ids: list[np.ndarray] = []
+        for lo in range(0, len(texts), ENCODE_BATCH):
+            encodings = self.tokenizer.encode_batch(list(texts[lo: lo + ENCODE_BATCH]), add_special_tokens=False)
+            ids.extend(np.asarray(e.ids, dtype=np.int32) for e in encodings)
+        return ids
 
 
 @functools.cache
