@@ -221,7 +221,7 @@ def _idle_cause(state: AgentState, promotion: Promotion, now: datetime) -> Cause
 def _demote(state: AgentState, promotion: Promotion, cause: Cause, now: datetime, report: Report) -> bool:
     agent_id = state.agent.agent_id
     event = HistoryEvent(promotion.vendor, promotion.name, action=Action.DEMOTED.value, cause=cause.value, actor=RULE,
-                         at=now)
+                         at=_not_before_what_it_judged(state, now))
     guard = DemotionGuard(lease_rev=state.lease_rev, last_used_at=promotion.last_used_at)
     news = News(webhook=bool(state.webhook_url))
     if agent_store.remove_promotion(agent_id, promotion.vendor, promotion.name, event, news=news, guard=guard,
@@ -230,6 +230,14 @@ def _demote(state: AgentState, promotion: Promotion, cause: Cause, now: datetime
         return True
     report.held.append(_entry(agent_id, promotion, cause.value, reason="changed_since_read"))
     return False
+
+
+def _not_before_what_it_judged(state: AgentState, now: datetime) -> datetime:
+    """When a demotion is recorded: `now`, the sweep's clock read as it started, unless the
+    working set it judged changed after that (a promotion that lands while the sweep runs, and
+    puts the agent over its cap); History then lists the demotion after its cause."""
+    changes = [moment for p in state.promotions for moment in (p.promoted_at, p.last_used_at, p.pinned_at) if moment]
+    return max([now, *changes])
 
 
 def _keep_books(state: AgentState, remaining: list[Promotion]) -> None:

@@ -253,3 +253,27 @@ def test_an_index_larger_than_the_budget_still_serves(settings_env, client) -> N
     # THEN its index answers, and is the only one held
     assert keys(index.search("orders", 1)) == ["acme/orders"]
     assert list(indexes._entries) == [account_id]
+
+
+def test_a_build_makes_room_before_it_runs(client, settings_env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN two accounts, and a budget that holds one and a half of their indexes
+    ids = []
+    for name in ("acme", "globex"):
+        account_id = accounts.create_account(name, utcnow())[0].account_id
+        tool_store.put_version(account_id, NewVersion("acme", "orders", {"description": "List orders."}, 0),
+                               "admin", utcnow())
+        ids.append(account_id)
+    settings_env(WORKSET_SEARCH_CACHE_MB=str(1.5 * indexes.current(ids[0]).nbytes / (1 << 20)))
+    held_during_build: list[list[str]] = []
+    original = SearchIndex.build
+
+    def recording(docs):
+        held_during_build.append(list(indexes._entries))
+        return original(docs)
+
+    monkeypatch.setattr(SearchIndex, "build", staticmethod(recording))
+    # WHEN the second account is searched
+    indexes.current(ids[1])
+    # THEN the first index was dropped before the build ran, not after (a build's peak never sits on a full cache)
+    assert held_during_build == [[]]
+    assert list(indexes._entries) == [ids[1]]

@@ -114,6 +114,21 @@ def test_cap_demotes_oldest_promotion_first_until_the_set_fits(world: World) -> 
     assert world.working_set() == ["third"]
 
 
+def test_a_sweep_that_started_before_the_promotion_over_the_cap_lists_its_demotion_after_it(world: World) -> None:
+    # GIVEN a cap of 1 and two promotions, the second made after the sweep's clock was read
+    world.settings(cap=1)
+    world.publish("first", "second")
+    started = utcnow()
+    world.promote("first", "second")
+    # WHEN that sweep demotes for the cap
+    world.sweep(started - timedelta(seconds=5))
+    # THEN History lists the demotion after the promotion that caused it, not before
+    events = world.admin.call("GET", f"/v1/agents/{world.agent['id']}/history").json_body["items"]
+    assert [(e["name"], e["action"]) for e in events] == [("first", "demoted"), ("second", "promoted"),
+                                                          ("first", "promoted")]
+    assert events[0]["at"] >= events[1]["at"]
+
+
 def test_a_lowered_cap_is_applied_by_the_next_sweep_and_only_by_it(world: World) -> None:
     world.publish("a", "b", "c")
     world.promote("a", "b", "c")
