@@ -173,7 +173,10 @@ def _by_key(index: SearchIndex, scores: tuple[np.ndarray, np.ndarray]) -> dict[s
 
 
 def test_terms_count_name_words_more_than_description_words() -> None:
+    # GIVEN a tool whose name and description share a word
+    # WHEN its terms are taken for the lexicon
     terms = _Terms.of(doc("acme", "list-orders", "List every order."), ["list", "orders"])
+    # THEN a name word counts NAME_WEIGHT times, a description word once, and the name's terms are marked
     assert terms.freqs["order"] == search.NAME_WEIGHT + 1 and terms.named == {"acme", "list", "order"}
 
 
