@@ -280,3 +280,16 @@ def test_a_build_makes_room_before_it_runs(client, settings_env, monkeypatch: py
     # THEN the first index was dropped before the build ran, not after (a build's peak never sits on a full cache)
     assert held_during_build == [[]]
     assert list(indexes._entries) == [ids[1]]
+
+
+def test_an_account_item_without_a_revision_still_takes_its_first_publish() -> None:
+    # GIVEN an account item written before the revision had a default
+    from chalicelib.store.models import AccountItem
+
+    account_id = accounts.create_account("acme", utcnow())[0].account_id
+    AccountItem(account_id=account_id).update(actions=[AccountItem.toolbox_revision.remove()])
+    # WHEN a tool is published
+    tool_store.put_version(account_id, NewVersion("acme", "a", {}, 0), "admin", utcnow())
+    # THEN it is revision 1, with its record
+    assert tool_store.toolbox_revision(account_id) == 1
+    assert tool_store.changed_since(account_id, 0, 1) == {("acme", "a")}

@@ -106,7 +106,7 @@ def list_versions(account_id: str, vendor: str, name: str) -> list[ToolVersion]:
 
 def toolbox_revision(account_id: str, *, consistent: bool = False) -> int:
     """A counter that every change to the toolbox's heads moves on by one."""
-    item = AccountItem.get(account_id, attributes_to_get=["toolbox_revision"], consistent_read=consistent)
+    item = AccountItem.get(account_id, attributes_to_get=["account_id", "toolbox_revision"], consistent_read=consistent)
     return int(item.toolbox_revision or 0)
 
 
@@ -254,8 +254,11 @@ def _revise(account_id: str, heads: Sequence[ToolVersion], write: Callable[[Any]
                 tx.save(ToolChangeItem(account_id=change_partition(account_id), sk=change_sk(revision + 1),
                                        tools=keys, ttl=now + CHANGE_RETENTION),
                         condition=ToolChangeItem.sk.does_not_exist())
+                at_revision = AccountItem.toolbox_revision == revision
+                if revision == 0:  # an account item written before the revision had a default
+                    at_revision = at_revision | AccountItem.toolbox_revision.does_not_exist()
                 tx.update(AccountItem(account_id=account_id), actions=[AccountItem.toolbox_revision.set(revision + 1)],
-                          condition=AccountItem.account_id.exists() & (AccountItem.toolbox_revision == revision))
+                          condition=AccountItem.account_id.exists() & at_revision)
             return revision + 1
         except ConditionFailed:
             current = toolbox_revision(account_id, consistent=True)
