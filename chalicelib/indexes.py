@@ -15,7 +15,6 @@ it never runs out of memory.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import gc
 import threading
@@ -32,7 +31,7 @@ if TYPE_CHECKING:
     from chalicelib.search import Document, SearchIndex
 
 INLINE_VECTORS = 64  # search vectors computed within one request (about 15 ms each); more go to the work queue
-MAX_CHANGED = 2_000  # past this many changed tools (or a tenth of the toolbox) a full read is cheaper
+MAX_CHANGED = 2_000  # past this many changed tools (20 batch reads) a full read is cheaper
 MAX_REVISIONS = 500  # change records read at most; an index further behind is rebuilt
 
 
@@ -84,7 +83,7 @@ def _refresh(account_id: str, revision: int) -> bool:
     entry = _entries.get(account_id)
     if entry is not None and revision - entry.revision <= MAX_REVISIONS:
         changed = tool_store.changed_since(account_id, entry.revision, revision)
-        if changed is not None and len(changed) <= min(MAX_CHANGED, max(len(entry.index), 10) // 10):
+        if changed is not None and len(changed) <= MAX_CHANGED:
             heads = tool_store.get_heads(account_id, sorted(changed), consistent=True)
             index = entry.index.updated(_documents(list(heads.values())))
             _entries[account_id] = _Entry(revision, index, index.nbytes)
@@ -137,10 +136,22 @@ def _release_freed_memory() -> None:
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
+    import ctypes  # only once a build or an eviction happens, not at every cold start
+
     try:
         return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
     except (AttributeError, OSError):
         return None
+
+
+def tool_of(key: str) -> tuple[str, str]:
+    """(vendor, name) of an index key."""
+    vendor, name = key.split("/", 1)
+    return vendor, name
+
+
+def _key(vendor: str, name: str) -> str:
+    return f"{vendor}/{name}"
 
 
 def _documents(heads: Iterable[ToolVersion]) -> list[Document]:
@@ -150,7 +161,7 @@ def _documents(heads: Iterable[ToolVersion]) -> list[Document]:
     they rank without the sentence signal until they arrive."""
     from chalicelib.search import PENDING, VECTOR_VERSION, Document
 
-    documents = [Document(key=f"{head.vendor}/{head.name}", vendor=head.vendor, name=head.name,
+    documents = [Document(key=_key(head.vendor, head.name), vendor=head.vendor, name=head.name,
                           description=str(head.definition.get("description", "")),
                           vector=head.vector if head.vector_version == VECTOR_VERSION else None)
                  for head in heads]

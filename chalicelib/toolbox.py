@@ -465,12 +465,7 @@ def search(account_id: str, query: str, limit: int) -> tuple[list[Tool], int]:
     MORE_COUNTED). The index is the warm instance's, kept current with the toolbox
     (chalicelib/indexes.py); the hits are read fresh (one BatchGetItem)."""
     hits = indexes.current(account_id).search(query, limit + MORE_COUNTED)
-    return resolve_many(account_id, [_vendor_name(key) for key, _ in hits[:limit]]), max(len(hits) - limit, 0)
-
-
-def _vendor_name(key: str) -> tuple[str, str]:
-    vendor, name = key.split("/", 1)
-    return vendor, name
+    return resolve_many(account_id, [indexes.tool_of(key) for key, _ in hits[:limit]]), max(len(hits) - limit, 0)
 
 
 def _tool(head: ToolVersion) -> Tool:

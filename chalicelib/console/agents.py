@@ -77,9 +77,9 @@ def save_settings(ctx: Ctx, agent_id: str) -> Response:
 
 @action("/console/agents/{agent_id}/decisions/withdraw")
 def withdraw_decision(ctx: Ctx, agent_id: str) -> Response:
-    vendor, name = ctx.form.get("vendor", ""), ctx.form.get("name", "")
+    vendor, name = _form_tool(ctx)
     runs.withdraw_decision(ctx.account_id, agent_id, vendor, name)
-    return redirect(f"/console/agents/{agent_id}", done="withdrawn", tool=f"{vendor}__{name}")
+    return _done(agent_id, "withdrawn", vendor, name)
 
 
 @action("/console/agents/{agent_id}/connections")
@@ -96,36 +96,46 @@ def save_connection_scope(ctx: Ctx, agent_id: str) -> Response:
 @action("/console/agents/{agent_id}/promote")
 def promote(ctx: Ctx, agent_id: str) -> Response:
     state = accounts.get_state(ctx.account_id, agent_id)
-    vendor, name = ctx.form.get("vendor", ""), ctx.form.get("name", "")
+    vendor, name = _form_tool(ctx)
     workingset.promote(state, vendor, name, by=PromotedBy.CONSOLE, actor=ACTOR, now=ctx.now)
-    return redirect(f"/console/agents/{agent_id}", done="promoted", tool=f"{vendor}__{name}")
+    return _done(agent_id, "promoted", vendor, name)
 
 
 @action("/console/agents/{agent_id}/pin")
 def pin(ctx: Ctx, agent_id: str) -> Response:
     state = accounts.get_state(ctx.account_id, agent_id)
-    vendor, name = ctx.form.get("vendor", ""), ctx.form.get("name", "")
+    vendor, name = _form_tool(ctx)
     try:
         workingset.pin(state, vendor, name, cause=Cause.CONSOLE, actor=ACTOR, now=ctx.now)
     except PinLimit as error:
         return _agent_page(ctx, agent_id, error.status, pin_error=error.message)
-    return redirect(f"/console/agents/{agent_id}", done="pinned", tool=f"{vendor}__{name}")
+    return _done(agent_id, "pinned", vendor, name)
 
 
 @action("/console/agents/{agent_id}/unpin")
 def unpin(ctx: Ctx, agent_id: str) -> Response:
     state = accounts.get_state(ctx.account_id, agent_id)
-    vendor, name = ctx.form.get("vendor", ""), ctx.form.get("name", "")
+    vendor, name = _form_tool(ctx)
     workingset.unpin(state, vendor, name, cause=Cause.CONSOLE, actor=ACTOR, now=ctx.now)
-    return redirect(f"/console/agents/{agent_id}", done="unpinned", tool=f"{vendor}__{name}")
+    return _done(agent_id, "unpinned", vendor, name)
 
 
 @action("/console/agents/{agent_id}/demote")
 def demote(ctx: Ctx, agent_id: str) -> Response:
     state = accounts.get_state(ctx.account_id, agent_id)
-    vendor, name = ctx.form.get("vendor", ""), ctx.form.get("name", "")
+    vendor, name = _form_tool(ctx)
     workingset.demote(state, vendor, name, cause=Cause.CONSOLE, actor=ACTOR, now=ctx.now)
-    return redirect(f"/console/agents/{agent_id}", done="demoted", tool=f"{vendor}__{name}")
+    return _done(agent_id, "demoted", vendor, name)
+
+
+def _form_tool(ctx: Ctx) -> tuple[str, str]:
+    """The (vendor, name) a working-set form names."""
+    return ctx.form.get("vendor", ""), ctx.form.get("name", "")
+
+
+def _done(agent_id: str, done: str, vendor: str, name: str) -> Response:
+    """Back to the agent's page, saying what was done to which tool."""
+    return redirect(f"/console/agents/{agent_id}", done=done, tool=f"{vendor}__{name}")
 
 
 def settings_payload(form: dict[str, str]) -> dict[str, Any]:
