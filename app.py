@@ -10,6 +10,7 @@ from chalice.app import CloudWatchEvent, SQSEvent, SQSRecord
 
 from chalicelib import log, notify, sweep
 from chalicelib.api import bp as admin_api
+from chalicelib.api.authorization import bp as oauth_endpoints
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.console import bp as console
@@ -19,6 +20,7 @@ from chalicelib.store import queues
 app = Chalice(app_name="workset")
 app.register_blueprint(mcp_endpoint)
 app.register_blueprint(admin_api)
+app.register_blueprint(oauth_endpoints)
 app.register_blueprint(console)
 gc.freeze()  # what import built is never garbage; later collections need not scan it again
 gc.enable()

@@ -17,8 +17,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from chalicelib import hosts, log, notify, outbound
+from chalicelib.clock import utcnow
 from chalicelib.config import settings
-from chalicelib.errors import InvalidInput, NotFound, Unauthorized, WorksetError
+from chalicelib.errors import Conflict, InvalidInput, NotFound, Unauthorized, WorksetError
 from chalicelib.store import accounts as account_store
 from chalicelib.store import agents as agent_store
 from chalicelib.store import connections as connection_store
@@ -34,6 +35,7 @@ DEFAULT_IDLE_WINDOW_DAYS = 21
 ADMIN_TOKEN_PREFIX = "wsa_"
 MIN_TOKEN_LENGTH = 16
 AGENT_KEY_PREFIX = "wsk_"
+ACCESS_TOKEN_PREFIX = "wst_"  # an OAuth access token: `wst_<agent>_<secret>`, checked against the agent's grants
 AGENT_ID_PREFIX = "ag"
 ADMIN = "admin"  # the actor of what an admin token or the console does
 MAX_ALLOWED_HOSTS = 50
@@ -100,11 +102,13 @@ def authenticate_admin(token: str | None) -> str:
 
 
 def authenticate_agent(key: str | None) -> AgentState:
-    """The calling agent's whole state (one Query); a missing or wrong key is Unauthorized."""
-    agent_id = _owner(key, AGENT_KEY_PREFIX)
+    """The calling agent's whole state (one Query): an agent key, or an OAuth access token of one of
+    its grants (unexpired, unrevoked, issued for this MCP endpoint). A missing or wrong key, or
+    any key of a revoked agent, is Unauthorized."""
+    agent_id = _owner(key, AGENT_KEY_PREFIX) or _owner(key, ACCESS_TOKEN_PREFIX)
     state = agent_store.load_state(agent_id) if agent_id else None
-    if state is None or not _matches(key, state.key_hashes):
-        raise Unauthorized("a valid agent key is required")
+    if state is None or state.agent.revoked or not (_matches(key, state.key_hashes) or _granted(key, state)):
+        raise Unauthorized("a valid agent key or access token is required")
     log.note(account_id=state.agent.account_id, agent_id=state.agent.agent_id)  # who the request's log line is for
     return state
 
@@ -147,9 +151,37 @@ def get_state(account_id: str, agent_id: str) -> AgentState:
     return state
 
 
-def list_agents(account_id: str, *, limit: int, cursor: str | None) -> Page:
-    """The account's agents, oldest first."""
-    return agent_store.list_agents(account_id, limit=limit, cursor=cursor)
+def list_agents(account_id: str, *, limit: int, cursor: str | None, archived: bool = False) -> Page:
+    """The account's agents, oldest first: those not archived, or (`archived`) only those archived.
+    A page may hold fewer than `limit` agents and still have a next one."""
+    return agent_store.list_agents(account_id, limit=limit, cursor=cursor, archived=archived)
+
+
+def rotate_key(account_id: str, agent_id: str) -> Created:
+    """A new API key for the agent (shown only here); every key it had stops at once."""
+    state = get_state(account_id, agent_id)
+    if state.agent.revoked:
+        raise Conflict(f"agent {agent_id} is revoked; a revoked agent gets no new key")
+    key = _new_token(AGENT_KEY_PREFIX, agent_id)
+    if not agent_store.replace_key(agent_id, hash_token(key)):
+        raise Conflict(f"agent {agent_id} was revoked meanwhile; no key was made")
+    return Created(state.agent, key)
+
+
+def revoke_agent(account_id: str, agent_id: str, now: datetime) -> Agent:
+    """Stop the agent for good: every key and OAuth grant of it stops at once; its working set,
+    history and runs stay readable."""
+    get_state(account_id, agent_id)
+    agent_store.revoke_agent(agent_id, now)
+    return get_state(account_id, agent_id).agent
+
+
+def archive_agent(account_id: str, agent_id: str, now: datetime) -> Agent:
+    """Take a revoked agent out of the agents list (it stays readable by its id)."""
+    get_state(account_id, agent_id)
+    if not agent_store.archive_agent(agent_id, now):
+        raise Conflict(f"agent {agent_id} is not revoked; revoke it before archiving it")
+    return get_state(account_id, agent_id).agent
 
 
 def update_agent(account_id: str, agent_id: str, payload: Any) -> Created:
@@ -224,6 +256,14 @@ def _owner(token: str | None, prefix: str) -> str | None:
         return None
     owner, separator, secret = token[len(prefix):].partition("_")
     return owner if separator and secret and owner.isalnum() else None
+
+
+def _granted(token: str | None, state: AgentState) -> bool:
+    """True when `token` is the current access token of one of the agent's live grants."""
+    now = utcnow()
+    return any(grant.active and grant.access_hash and grant.access_expires_at and grant.access_expires_at > now
+               and grant.resource == settings().mcp_url and _matches(token, (grant.access_hash,))
+               for grant in state.grants)
 
 
 def _matches(token: str | None, hashes: tuple[str, ...]) -> bool:

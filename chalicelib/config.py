@@ -118,6 +118,11 @@ class Settings:
         return self.parameters.get(PUBLIC_URL).rstrip("/")
 
     @property
+    def mcp_url(self) -> str:
+        """The MCP endpoint: what agents connect to, and the resource OAuth tokens are bound to."""
+        return f"{self.public_url}/mcp"
+
+    @property
     def console_secret(self) -> str:
         """The key console sessions are signed with: WORKSET_CONSOLE_SECRET (local stages have a
         fixed default), else the stage's `console-secret` parameter, read when the console first

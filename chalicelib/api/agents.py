@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import accounts, runs, workingset
+from chalicelib import accounts, oauth, runs, workingset
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, body, limit, query, tool_ref
 from chalicelib.clock import utcnow
+from chalicelib.errors import InvalidInput
 from chalicelib.store import history as history_store
 from chalicelib.workingset import Cause, PromotedBy
 
@@ -20,7 +21,10 @@ def create_agent(account_id: str) -> dict[str, Any]:
 
 @admin_route("/v1/agents", "GET")
 def list_agents(account_id: str) -> dict[str, Any]:
-    page = accounts.list_agents(account_id, limit=limit(), cursor=query("cursor"))
+    archived = query("archived")
+    if archived not in (None, "true", "false"):
+        raise InvalidInput("archived must be true or false", field="archived")
+    page = accounts.list_agents(account_id, limit=limit(), cursor=query("cursor"), archived=archived == "true")
     return shapes.page(page, shapes.agent)
 
 
@@ -32,6 +36,31 @@ def get_agent(account_id: str, agent_id: str) -> dict[str, Any]:
 @admin_route("/v1/agents/{agent_id}", "PATCH")
 def update_agent(account_id: str, agent_id: str) -> dict[str, Any]:
     return shapes.created_agent(accounts.update_agent(account_id, agent_id, body()))
+
+
+@admin_route("/v1/agents/{agent_id}/key", "POST")
+def rotate_key(account_id: str, agent_id: str) -> dict[str, Any]:
+    return shapes.created_agent(accounts.rotate_key(account_id, agent_id))
+
+
+@admin_route("/v1/agents/{agent_id}/revoke", "POST")
+def revoke_agent(account_id: str, agent_id: str) -> dict[str, Any]:
+    return shapes.agent(accounts.revoke_agent(account_id, agent_id, utcnow()))
+
+
+@admin_route("/v1/agents/{agent_id}/archive", "POST")
+def archive_agent(account_id: str, agent_id: str) -> dict[str, Any]:
+    return shapes.agent(accounts.archive_agent(account_id, agent_id, utcnow()))
+
+
+@admin_route("/v1/agents/{agent_id}/grants", "GET")
+def grants(account_id: str, agent_id: str) -> dict[str, Any]:
+    return {"items": [shapes.grant(grant) for grant in oauth.grants(account_id, agent_id)], "next": None}
+
+
+@admin_route("/v1/agents/{agent_id}/grants/{grant_id}", "DELETE")
+def revoke_grant(account_id: str, agent_id: str, grant_id: str) -> dict[str, Any]:
+    return shapes.grant(oauth.revoke_grant(account_id, agent_id, grant_id, utcnow()))
 
 
 @admin_route("/v1/agents/{agent_id}/working-set", "GET")

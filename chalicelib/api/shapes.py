@@ -12,6 +12,7 @@ from chalicelib.store.records import (
     Agent,
     Approval,
     Connection,
+    Grant,
     HistoryEvent,
     Page,
     Promotion,
@@ -33,6 +34,23 @@ def agent(record: Agent) -> dict[str, Any]:
         "webhook_url": record.webhook_url,
         "connections": "all" if record.connection_scope is None else list(record.connection_scope),
         "created_at": iso(record.created_at),
+        "revoked_at": iso(record.revoked_at) if record.revoked_at else None,
+        "archived_at": iso(record.archived_at) if record.archived_at else None,
+    }
+
+
+def grant(record: Grant) -> dict[str, Any]:
+    """An OAuth client's grant to an agent (never its tokens)."""
+    return {
+        "id": record.grant_id,
+        "client_id": record.client_id,
+        "client_name": record.client_name,
+        "scope": record.scope,
+        "resource": record.resource,
+        "created_at": iso(record.created_at),
+        "consented_by": record.consented_by,
+        "refreshed_at": iso(record.refreshed_at) if record.refreshed_at else None,
+        "revoked_at": iso(record.revoked_at) if record.revoked_at else None,
     }
 
 

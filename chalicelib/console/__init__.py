@@ -4,7 +4,17 @@ domain functions the admin API calls, behind a signed session cookie and CSRF-ch
 Importing the page modules registers their views on the one blueprint.
 """
 
-from chalicelib.console import account, agents, approvals, auth, connections, imports, tools, upstreams  # noqa: F401
+from chalicelib.console import (  # noqa: F401
+    account,
+    agents,
+    approvals,
+    auth,
+    connections,
+    consent,
+    imports,
+    tools,
+    upstreams,
+)
 from chalicelib.console.common import bp
 
 __all__ = ["bp"]

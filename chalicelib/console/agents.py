@@ -10,7 +10,7 @@ from typing import Any
 
 from chalice import Response
 
-from chalicelib import accounts, connections, runs, toolbox, workingset
+from chalicelib import accounts, connections, oauth, runs, toolbox, workingset
 from chalicelib.config import settings
 from chalicelib.console import present
 from chalicelib.console.common import ALL_PAGE, PAGE_SIZE, Ctx, action, every, page, redirect
@@ -56,7 +56,7 @@ def create_agent(ctx: Ctx) -> Response:
         created = accounts.create_agent(ctx.account_id, settings_payload(ctx.form), ctx.now)
     except InvalidInput as error:
         return _agents_page(ctx, 400, error=error.message, values=ctx.form)
-    return ctx.render("agent_created.html", created=created, mcp_url=f"{settings().public_url}/mcp")
+    return ctx.render("agent_created.html", created=created, mcp_url=settings().mcp_url)
 
 
 @page("/console/agents/{agent_id}")
@@ -128,6 +128,30 @@ def demote(ctx: Ctx, agent_id: str) -> Response:
     return _done(agent_id, "demoted", vendor, name)
 
 
+@action("/console/agents/{agent_id}/key")
+def rotate_key(ctx: Ctx, agent_id: str) -> Response:
+    created = accounts.rotate_key(ctx.account_id, agent_id)
+    return ctx.render("agent_created.html", created=created, mcp_url=settings().mcp_url, rotated=True)
+
+
+@action("/console/agents/{agent_id}/revoke")
+def revoke_agent(ctx: Ctx, agent_id: str) -> Response:
+    accounts.revoke_agent(ctx.account_id, agent_id, ctx.now)
+    return redirect(f"/console/agents/{agent_id}", done="revoked")
+
+
+@action("/console/agents/{agent_id}/archive")
+def archive_agent(ctx: Ctx, agent_id: str) -> Response:
+    agent = accounts.archive_agent(ctx.account_id, agent_id, ctx.now)
+    return redirect("/console/agents", done="archived", name=agent.name)
+
+
+@action("/console/agents/{agent_id}/grants/revoke")
+def revoke_grant(ctx: Ctx, agent_id: str) -> Response:
+    grant = oauth.revoke_grant(ctx.account_id, agent_id, ctx.form.get("grant", ""), ctx.now)
+    return redirect(f"/console/agents/{agent_id}", done="grant_revoked", client=grant.client_name)
+
+
 def _form_tool(ctx: Ctx) -> tuple[str, str]:
     """The (vendor, name) a working-set form names."""
     return ctx.form.get("vendor", ""), ctx.form.get("name", "")
@@ -157,14 +181,15 @@ def settings_payload(form: dict[str, str]) -> dict[str, Any]:
 
 def _agents_page(ctx: Ctx, status: int = 200, *, error: str | None = None,
                  values: dict[str, str] | None = None) -> Response:
-    listing = accounts.list_agents(ctx.account_id, limit=PAGE_SIZE, cursor=ctx.params.get("cursor"))
+    archived = ctx.params.get("archived") == "1"
+    listing = accounts.list_agents(ctx.account_id, limit=PAGE_SIZE, cursor=ctx.params.get("cursor"), archived=archived)
     pending = Counter(run.agent_id for run in _pending(ctx))
     rows = [AgentRow(agent, _last_activity(agent.agent_id), pending[agent.agent_id]) for agent in listing.items]
     defaults = {"name": "", "cap": str(accounts.DEFAULT_CAP),
                 "idle_window_days": str(accounts.DEFAULT_IDLE_WINDOW_DAYS)}
     return ctx.render("agents.html", status, rows=rows, next_cursor=listing.next, error=error,
                       values={**defaults, **(values or {})}, ranges=RANGES, done=ctx.params.get("done"),
-                      paged=bool(ctx.params.get("cursor")))
+                      done_name=ctx.params.get("name", ""), paged=bool(ctx.params.get("cursor")), archived=archived)
 
 
 def _agent_page(ctx: Ctx, agent_id: str, status: int = 200, *, settings_error: str | None = None,
@@ -183,7 +208,7 @@ def _agent_page(ctx: Ctx, agent_id: str, status: int = 200, *, settings_error: s
         recent=runs.list_for_agent(agent_id, limit=RECENT_RUNS, cursor=None).items,
         footprint=present.footprint(promoted, every_tool), settings_error=settings_error,
         values={**current, **(values or {})}, ranges=RANGES, done=ctx.params.get("done"),
-        done_tool=ctx.params.get("tool", ""), over_cap=len(state.promotions) > agent.cap,
+        done_tool=ctx.params.get("tool", ""), done_client=ctx.params.get("client", ""), over_cap=len(state.promotions) > agent.cap,
         meta_tools=META_TOOLS, decisions=state.approvals, pin_error=pin_error,
         pin_limit=workingset.pin_limit(agent.cap),
         connections=list(every(lambda cursor: connections.list_all(ctx.account_id, limit=ALL_PAGE, cursor=cursor))),

@@ -60,9 +60,11 @@ class Ctx:
         """The account the person acts for."""
         return self.session.account_id
 
-    def render(self, template: str, status: int = 200, **values: Any) -> Response:
+    def render(self, template: str, status: int = 200, *, form_targets: tuple[str, ...] = (),
+               **values: Any) -> Response:
         """A page of the signed-in console (navigation, CSRF token)."""
-        return render(template, status, csrf=self.session.csrf, signed_in=True, now=self.now, **values)
+        return render(template, status, csrf=self.session.csrf, signed_in=True, now=self.now,
+                      form_targets=form_targets, **values)
 
 
 def page(path: str) -> Callable[[Callable[..., Response]], Any]:
@@ -120,14 +122,18 @@ def _route(path: str, method: str) -> Callable[[Callable[..., Response]], Any]:
 _TITLES = {400: "Not accepted", 404: "Not found", 409: "Conflict", 413: "Too large"}
 
 
-def render(template: str, status: int = 200, headers: dict[str, str] | None = None, **values: Any) -> Response:
+def render(template: str, status: int = 200, headers: dict[str, str] | None = None, *,
+           form_targets: tuple[str, ...] = (), **values: Any) -> Response:
     """An HTML page. Styles and the one script carry a per-response nonce that the Content
     Security Policy requires, so injected markup could not run even if escaping failed. Lone
-    surrogates (stored before they were refused) become U+FFFD so the page always encodes."""
+    surrogates (stored before they were refused) become U+FFFD so the page always encodes.
+    `form_targets` are origins a form's answer may redirect to besides ours (the consent page's
+    OAuth client)."""
     nonce = secrets.token_urlsafe(12)
     body = jsontext.scrub(_environment().get_template(template).render(nonce=nonce, **values))
+    form_action = " ".join(("'self'", *form_targets))
     policy = (f"default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; img-src 'self' data:; "
-              "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+              f"form-action {form_action}; frame-ancestors 'none'; base-uri 'none'")
     return Response(body=body, status_code=status, headers={
         "Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store", "Content-Security-Policy": policy,
         "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", **(headers or {}),
@@ -140,6 +146,11 @@ def redirect(path: str, cookie: str | None = None, **query: str | None) -> Respo
     if cookie:
         headers["Set-Cookie"] = cookie
     return Response(body="", status_code=303, headers=headers)
+
+
+def leave(location: str) -> Response:
+    """303 See Other to another site (an OAuth client's redirect URI, checked by the caller)."""
+    return Response(body="", status_code=303, headers={"Location": location, "Cache-Control": "no-store"})
 
 
 def url(path: str, **query: Any) -> str:

@@ -140,10 +140,15 @@ def cookies(cookie_header: str | None) -> dict[str, str]:
 
 
 def set_cookie(name: str, value: str, lifetime: timedelta) -> str:
-    """A console cookie: HttpOnly, SameSite=Strict, scoped to the console, Secure outside the
-    local stages (a local browser talks plain HTTP to 127.0.0.1)."""
+    """A console cookie: HttpOnly, SameSite=Lax, scoped to the console, Secure outside the local
+    stages (a local browser talks plain HTTP to 127.0.0.1).
+
+    Lax, not Strict: a chat product sends the person to the OAuth consent page by a top-level
+    navigation from its own site, and under Strict a signed-in person would arrive signed out.
+    Lax still keeps the cookie off every cross-site POST, subresource and frame, and every POST
+    carries the session's CSRF token besides; console GETs change nothing."""
     parts = [f"{name}={value}", f"Path={path_prefix()}/console", f"Max-Age={int(lifetime.total_seconds())}",
-             "HttpOnly", "SameSite=Strict"]
+             "HttpOnly", "SameSite=Lax"]
     if not settings().is_local:
         parts.append("Secure")
     return "; ".join(parts)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chalicelib import accounts, log, runs, vendor, workingset
+from chalicelib import accounts, log, oauth, runs, vendor, workingset
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
@@ -63,14 +63,15 @@ LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 
 def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = None) -> HttpAnswer:
     """Answer one POST to /mcp. `headers` are keyed by lower-case name."""
+    presented = _bearer(headers.get("authorization"))
     try:
-        state = accounts.authenticate_agent(_bearer(headers.get("authorization")))
+        state = accounts.authenticate_agent(presented)
     except WorksetError as error:
-        return HttpAnswer(
-            401,
-            protocol.error_body(None, ProtocolError(-32001, error.message)),
-            {"WWW-Authenticate": 'Bearer realm="workset", error="invalid_token"'},
-        )
+        # RFC 9728 5.1: the challenge names the resource metadata, which names the authorization
+        # server; RFC 6750 3.1: `invalid_token` only when a token was sent
+        challenge = oauth.challenge() + (', error="invalid_token"' if presented else "")
+        return HttpAnswer(401, protocol.error_body(None, ProtocolError(-32001, error.message)),
+                          {"WWW-Authenticate": challenge})
     request_id, modern = None, False
     try:
         message = protocol.parse_message(raw)

@@ -22,13 +22,14 @@ from chalicelib.store.models import (
     AgentPartitionItem,
     AgentSettingsItem,
     ApprovalItem,
+    GrantItem,
     PromotionItem,
     approval_sk,
     promotion_sk,
     shard,
     tool_key,
 )
-from chalicelib.store.records import ALLOW, Agent, AgentState, Approval, HistoryEvent, Page, Promotion
+from chalicelib.store.records import ALLOW, Agent, AgentState, Approval, Grant, HistoryEvent, Page, Promotion
 
 
 def create_agent(agent: Agent, key_hash: str, *, webhook_secret: bytes | None = None) -> None:
@@ -56,6 +57,7 @@ def load_state(agent_id: str) -> AgentState | None:
     settings_item: AgentSettingsItem | None = None
     promotions: list[Promotion] = []
     approvals: list[Approval] = []
+    grants: list[Grant] = []
     for item in AgentPartitionItem.query(agent_id):
         if isinstance(item, AgentSettingsItem):
             settings_item = item
@@ -63,6 +65,8 @@ def load_state(agent_id: str) -> AgentState | None:
             promotions.append(_promotion(item))
         elif isinstance(item, ApprovalItem):
             approvals.append(decision_record(item))
+        elif isinstance(item, GrantItem):
+            grants.append(grant_record(item))
     if settings_item is None:
         return None
     promotions.sort(key=lambda p: (p.promoted_at, p.vendor, p.name))
@@ -78,13 +82,15 @@ def load_state(agent_id: str) -> AgentState | None:
         mcp_seen_seq=int(settings_item.mcp_seen_seq or 0),
         webhook_url=settings_item.webhook_url,
         webhook_secret=bytes(settings_item.webhook_secret) if settings_item.webhook_secret else None,
+        grants=tuple(sorted(grants, key=lambda grant: grant.created_at)),
     )
 
 
-def list_agents(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
-    """The account's agents, oldest first."""
+def list_agents(account_id: str, *, limit: int, cursor: str | None = None, archived: bool = False) -> Page:
+    """The account's agents, oldest first: those not archived, or only the archived ones."""
+    wanted = AgentSettingsItem.archived_at.exists() if archived else AgentSettingsItem.archived_at.does_not_exist()
     return page(AgentSettingsItem, account_id, index=AgentSettingsItem.by_account, limit=limit, cursor=cursor,
-                record=_agent)
+                record=_agent, filter_condition=wanted)
 
 
 def update_settings(agent_id: str, changes: dict[str, Any]) -> Agent:
@@ -98,6 +104,30 @@ def update_settings(agent_id: str, changes: dict[str, Any]) -> Agent:
     if not update_if(item, actions, AgentSettingsItem.agent_id.exists()):
         raise ConditionFailed(["ConditionalCheckFailed"])
     return _agent(item)
+
+
+def replace_key(agent_id: str, key_hash: str) -> bool:
+    """Make `key_hash` the agent's only key (the old ones stop at once); False for an unknown or
+    revoked agent."""
+    return update_if(AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK), [AgentSettingsItem.key_hashes.set([key_hash])],
+                     AgentSettingsItem.agent_id.exists() & AgentSettingsItem.revoked_at.does_not_exist())
+
+
+def revoke_agent(agent_id: str, now: datetime) -> bool:
+    """Stop every key of the agent (its grants stop with it: authentication checks `revoked_at`);
+    revoking again keeps the first time. False for an unknown agent."""
+    return update_if(AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK),
+                     [AgentSettingsItem.revoked_at.set(AgentSettingsItem.revoked_at | now),
+                      AgentSettingsItem.key_hashes.set([])],
+                     AgentSettingsItem.agent_id.exists())
+
+
+def archive_agent(agent_id: str, now: datetime) -> bool:
+    """Take a revoked agent out of the list (archiving again keeps the first time); False unless
+    the agent is revoked."""
+    return update_if(AgentSettingsItem(agent_id=agent_id, sk=AGENT_SK),
+                     [AgentSettingsItem.archived_at.set(AgentSettingsItem.archived_at | now)],
+                     AgentSettingsItem.revoked_at.exists())
 
 
 def add_promotion(agent_id: str, account_id: str, promotion: Promotion, event: HistoryEvent, *,
@@ -293,6 +323,17 @@ def decision_record(item: ApprovalItem) -> Approval:
                     shape=item.shape)
 
 
+def grant_record(item: GrantItem) -> Grant:
+    """The record of a stored grant."""
+    return Grant(
+        grant_id=item.sk.removeprefix("G#"), client_id=item.client_id, client_name=item.client_name, scope=item.scope,
+        resource=item.resource, created_at=item.created_at, consented_by=item.consented_by,
+        access_hash=item.access_hash, access_expires_at=item.access_expires_at, refresh_hash=item.refresh_hash,
+        previous_refresh_hash=item.previous_refresh_hash, refresh_expires_at=item.refresh_expires_at,
+        refreshed_at=item.refreshed_at, revoked_at=item.revoked_at,
+    )
+
+
 def _promotion(item: PromotionItem) -> Promotion:
     return Promotion(
         vendor=item.vendor,
@@ -318,4 +359,6 @@ def _agent(item: AgentSettingsItem) -> Agent:
         size=int(item.size or 0),
         webhook_url=item.webhook_url,
         connection_scope=tuple(item.connection_scope) if item.connection_scope is not None else None,
+        revoked_at=item.revoked_at,
+        archived_at=item.archived_at,
     )

@@ -20,6 +20,12 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
 - `connections`: one partition per account; the secret is KMS ciphertext.
 - `accounts`: the tenant, with a toolbox revision that warm instances compare against to keep
   their search index fresh; `admin-tokens`: token hash -> account, one GetItem per admin call.
+  The same table keeps what proves a person or an OAuth client before any agent is involved:
+  console sessions, OAuth clients (`oauth-client#<id>`) and authorization codes
+  (`oauth-code#<hash>`), each by a key no token hash can equal.
+- An agent's OAuth grants live in its own partition (`G#<grant id>`, hashes of its current access
+  and refresh tokens), so the one Query that authenticates a `wsk_` key authenticates an OAuth
+  access token too.
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ PROMOTION_PREFIX = "P#"
 APPROVAL_PREFIX = "A#"
 HEAD_PREFIX = "T#"
 SESSION_PREFIX = "session#"
+OAUTH_CLIENT_PREFIX = "oauth-client#"
+OAUTH_CODE_PREFIX = "oauth-code#"
+GRANT_PREFIX = "G#"
 SHARDS = 4  # partitions of each index the sweep reads: a sweep with nothing due makes 3 x SHARDS queries
 VERSION_PREFIX = "V#"
 UPSTREAM_PREFIX = "U#"
@@ -104,11 +113,49 @@ class ConsoleSessionItem(Model):
     ttl = TTLAttribute(null=True)
 
 
+class OAuthClientItem(Model):
+    """An OAuth client, registered dynamically (RFC 7591), in the admin-tokens table under
+    `OAUTH_CLIENT_PREFIX` + its id. A client no person ever consented to is dropped by TTL a day
+    after it registered (registration is open to anyone); the first consent clears the TTL."""
+
+    Meta = _meta("admin-tokens")
+    token_hash = UnicodeAttribute(hash_key=True)
+    client_name = UnicodeAttribute()
+    redirect_uris = ListAttribute(of=UnicodeAttribute)
+    auth_method = UnicodeAttribute()  # none, client_secret_post or client_secret_basic
+    secret_hash = UnicodeAttribute(null=True)
+    client_uri = UnicodeAttribute(null=True)
+    created_at = UTCDateTimeAttribute()
+    ttl = TTLAttribute(null=True)
+
+
+class OAuthCodeItem(Model):
+    """An authorization code, by its hash, under `OAUTH_CODE_PREFIX`: what the person consented to
+    and the PKCE challenge the redemption must answer. Redeemed at most once (`redeemed_at`); kept
+    until TTL so that a second redemption is recognised and revokes the grant the first made."""
+
+    Meta = _meta("admin-tokens")
+    token_hash = UnicodeAttribute(hash_key=True)
+    client_id = UnicodeAttribute()
+    redirect_uri = UnicodeAttribute()
+    code_challenge = UnicodeAttribute()
+    resource = UnicodeAttribute()
+    scope = UnicodeAttribute()
+    account_id = UnicodeAttribute()
+    agent_id = UnicodeAttribute()
+    grant_id = UnicodeAttribute()
+    consented_by = UnicodeAttribute()
+    expires_at = UTCDateTimeAttribute()
+    redeemed_at = UTCDateTimeAttribute(null=True)
+    ttl = TTLAttribute(null=True)
+
+
 # Every index projects only what its queries read, so the writes a run or a sweep makes to an
 # item (leases, flags, results) are not copied into indexes that never show them.
 # pynamodb filters a subclass's queries on the `kind` discriminator: every index of the agents
 # table projects it.
-AGENT_LISTED = ["kind", "name", "cap", "idle_window_days", "size", "webhook_url", "connection_scope"]
+AGENT_LISTED = ["kind", "name", "cap", "idle_window_days", "size", "webhook_url", "connection_scope", "revoked_at",
+                "archived_at"]
 RUN_SUMMARY = ["account_id", "vendor", "name", "version", "status", "updated_at", "lease_expires_at", "dry_run",
                "decided_by"]
 
@@ -188,6 +235,9 @@ class AgentSettingsItem(AgentPartitionItem, discriminator="agent"):
     # tools and versions the agent published with acquire on `acquire_day` (UTC), for its quota
     acquire_day = UnicodeAttribute(null=True)
     acquire_count = NumberAttribute(null=True)
+    # a revoked agent's keys and grants stop; an archived one (revoked first) leaves the list
+    revoked_at = UTCDateTimeAttribute(null=True)
+    archived_at = UTCDateTimeAttribute(null=True)
     by_account = AgentsByAccount()
     to_review = AgentsToReview()
     outbox = AgentsToAnnounce()
@@ -249,6 +299,27 @@ class ApprovalItem(AgentPartitionItem, discriminator="approval"):
     decision = UnicodeAttribute(default="allow")
     version = NumberAttribute(null=True)
     shape = JSONAttribute(null=True)
+
+
+class GrantItem(AgentPartitionItem, discriminator="grant"):
+    """What a person's consent gave one OAuth client for this agent: the hashes of the current
+    access token (short-lived) and refresh token (rotated on every use), and the one before the
+    current refresh token, whose reuse proves a leak and revokes the grant. Carries no
+    `account_id`, so it stays out of the `by_account` index."""
+
+    client_id = UnicodeAttribute()
+    client_name = UnicodeAttribute()
+    scope = UnicodeAttribute()
+    resource = UnicodeAttribute()
+    created_at = UTCDateTimeAttribute()
+    consented_by = UnicodeAttribute()
+    access_hash = UnicodeAttribute(null=True)
+    access_expires_at = UTCDateTimeAttribute(null=True)
+    refresh_hash = UnicodeAttribute(null=True)
+    previous_refresh_hash = UnicodeAttribute(null=True)
+    refresh_expires_at = UTCDateTimeAttribute(null=True)
+    refreshed_at = UTCDateTimeAttribute(null=True)
+    revoked_at = UTCDateTimeAttribute(null=True)
 
 
 class _UpstreamsIndex(GlobalSecondaryIndex["Model"]):
@@ -460,6 +531,11 @@ TABLES: tuple[type[Model], ...] = (
 def promotion_sk(vendor: str, name: str) -> str:
     """Range key of a promotion item."""
     return f"{PROMOTION_PREFIX}{vendor}#{name}"
+
+
+def grant_sk(grant_id: str) -> str:
+    """Range key of an OAuth grant in its agent's partition."""
+    return f"{GRANT_PREFIX}{grant_id}"
 
 
 def tool_key(account_id: str, vendor: str, name: str) -> str:

@@ -31,6 +31,71 @@ class Agent:
     size: int = 0
     webhook_url: str | None = None
     connection_scope: tuple[str, ...] | None = None  # None: every connection of the account
+    revoked_at: datetime | None = None  # its keys and grants stopped then
+    archived_at: datetime | None = None  # out of the agents list (revoked first)
+
+    @property
+    def revoked(self) -> bool:
+        """True once the agent was revoked: no key or grant of it authenticates."""
+        return self.revoked_at is not None
+
+
+@dataclass(frozen=True)
+class Grant:
+    """An OAuth client's standing access to one agent, from a person's consent. The token hashes
+    stay in the store's records for authentication and never reach an answer."""
+
+    grant_id: str
+    client_id: str
+    client_name: str
+    scope: str
+    resource: str
+    created_at: datetime
+    consented_by: str
+    access_hash: str | None = field(default=None, repr=False)
+    access_expires_at: datetime | None = None
+    refresh_hash: str | None = field(default=None, repr=False)
+    previous_refresh_hash: str | None = field(default=None, repr=False)
+    refresh_expires_at: datetime | None = None
+    refreshed_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        """True until the grant is revoked."""
+        return self.revoked_at is None
+
+
+@dataclass(frozen=True)
+class OAuthClient:
+    """A registered OAuth client (RFC 7591): what the consent page shows and the token endpoint
+    checks."""
+
+    client_id: str
+    client_name: str
+    redirect_uris: tuple[str, ...]
+    auth_method: str  # none, client_secret_post or client_secret_basic
+    created_at: datetime
+    secret_hash: str | None = field(default=None, repr=False)
+    client_uri: str | None = None
+    dynamic: bool = True  # registered by the client itself, so unverified
+
+
+@dataclass(frozen=True)
+class AuthorizationCode:
+    """A consent waiting to be redeemed at the token endpoint."""
+
+    client_id: str
+    redirect_uri: str
+    code_challenge: str
+    resource: str
+    scope: str
+    account_id: str
+    agent_id: str
+    grant_id: str
+    consented_by: str
+    expires_at: datetime
+    redeemed_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +152,7 @@ class AgentState:
     mcp_seen_seq: int = 0  # the last change an MCP response carried
     webhook_url: str | None = None
     webhook_secret: bytes | None = field(default=None, repr=False)
+    grants: tuple[Grant, ...] = ()  # OAuth grants, revoked ones included, oldest first
 
     def in_flight(self, now: datetime) -> bool:
         """True while any run of the agent holds a lease, judged with the clock skew allowance
