@@ -998,6 +998,7 @@ def unrecorded(service: str) -> Any:
 
 def exercise_store() -> set[str]:
     """Run every public store function once against the tables and the key; answer the names run."""
+    from dataclasses import replace
     from datetime import timedelta
 
     from chalicelib.clock import utcnow
@@ -1006,6 +1007,7 @@ def exercise_store() -> set[str]:
         agents,
         connections,
         history,
+        oauth,
         outbox,
         runs,
         sessions,
@@ -1015,7 +1017,17 @@ def exercise_store() -> set[str]:
         vault,
     )
     from chalicelib.store.agents import DemotionGuard, News
-    from chalicelib.store.records import Agent, Connection, HistoryEvent, Promotion, Run, Upstream
+    from chalicelib.store.records import (
+        Agent,
+        AuthorizationCode,
+        Connection,
+        Grant,
+        HistoryEvent,
+        OAuthClient,
+        Promotion,
+        Run,
+        Upstream,
+    )
 
     ran: set[str] = set()
 
@@ -1194,6 +1206,31 @@ def exercise_store() -> set[str]:
     assert run(sweep.make_due, "a1", "acme", "orders", now, "idle") is False  # not promoted any more
     runs.start(new_run(5, runs.RUNNING), use_due_at=week)  # demoted meanwhile: the run starts, unmarked
     assert set(agents.load_state("a1").leases) == {"r5"}
+
+    # OAuth: a client and a code beside the admin tokens, the grant in a second agent's partition;
+    # redeeming is one transaction over the code, the grant and the agent's settings item.
+    client = OAuthClient("oc1", "Chat", ("https://chat.acme.test/cb",), "none", now)
+    run(oauth.put_client, client, expires_at=now + timedelta(days=1))
+    assert run(oauth.get_client, "oc1", now) == client
+    run(oauth.keep_client, "oc1")
+    code = AuthorizationCode("oc1", "https://chat.acme.test/cb", "c" * 43, "https://w.test/mcp", "mcp", "acct", "a2",
+                             "g1", "admin", now + timedelta(minutes=5))
+    run(oauth.put_code, "code-hash", code, forget_at=now + timedelta(days=1))
+    assert run(oauth.get_code, "code-hash") == code
+    run(agents.create_agent, replace(agent, agent_id="a2"), "key-hash-2")
+    grant = Grant("g1", "oc1", "Chat", "mcp", "https://w.test/mcp", now, "admin", access_hash="at-1",
+                  access_expires_at=now + timedelta(hours=1), refresh_hash="rt-1", refresh_expires_at=week)
+    assert run(oauth.redeem, "code-hash", code, grant, now) is True
+    assert oauth.redeem("code-hash", code, grant, now) is False  # once only
+    assert run(oauth.rotate, "a2", "g1", presented_hash="rt-1", access_hash="at-2", access_expires_at=week,
+               refresh_hash="rt-2", refresh_expires_at=week, now=now) is True
+    assert agents.load_state("a2").grants[0].previous_refresh_hash == "rt-1"
+    assert run(oauth.revoke_grant, "a2", "g1", now) is True
+    assert run(agents.replace_key, "a2", "key-hash-3") is True
+    assert run(agents.revoke_agent, "a2", now) is True
+    assert agents.replace_key("a2", "key-hash-4") is False  # revoked: no new key
+    assert run(agents.archive_agent, "a2", now) is True
+    assert agents.load_state("a2").agent.archived_at == now
 
     # Connections: the secret goes to KMS with the account and connection as encryption context.
     ciphertext = run(vault.encrypt, "s3cret", account_id="acct", connection_id="cn1")

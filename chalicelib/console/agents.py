@@ -56,7 +56,7 @@ def create_agent(ctx: Ctx) -> Response:
         created = accounts.create_agent(ctx.account_id, settings_payload(ctx.form), ctx.now)
     except InvalidInput as error:
         return _agents_page(ctx, 400, error=error.message, values=ctx.form)
-    return ctx.render("agent_created.html", created=created, mcp_url=settings().mcp_url)
+    return ctx.render("agent_created.html", created=created, mcp_url=settings().mcp_url, rotated=False)
 
 
 @page("/console/agents/{agent_id}")

@@ -66,7 +66,7 @@ def load_state(agent_id: str) -> AgentState | None:
         elif isinstance(item, ApprovalItem):
             approvals.append(decision_record(item))
         elif isinstance(item, GrantItem):
-            grants.append(grant_record(item))
+            grants.append(_grant(item))
     if settings_item is None:
         return None
     promotions.sort(key=lambda p: (p.promoted_at, p.vendor, p.name))
@@ -323,7 +323,7 @@ def decision_record(item: ApprovalItem) -> Approval:
                     shape=item.shape)
 
 
-def grant_record(item: GrantItem) -> Grant:
+def _grant(item: GrantItem) -> Grant:
     """The record of a stored grant."""
     return Grant(
         grant_id=item.sk.removeprefix("G#"), client_id=item.client_id, client_name=item.client_name, scope=item.scope,
