@@ -32,7 +32,7 @@ from urllib.parse import unquote_plus, urlencode, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from chalicelib import accounts
+from chalicelib import accounts, log
 from chalicelib.accounts import ACCESS_TOKEN_PREFIX, hash_token
 from chalicelib.config import settings
 from chalicelib.errors import NotFound
@@ -358,8 +358,8 @@ def _redeem(client: OAuthClient, form: dict[str, str], now: datetime) -> dict[st
     code = oauth_store.get_code(code_hash) if form.get("code") else None
     if code is None or code.client_id != client.client_id:
         raise OAuthError("invalid_grant", "the code is not valid")
-    if code.redeemed_at is not None:
-        oauth_store.revoke_grant(code.agent_id, code.grant_id, now)  # RFC 6749 4.1.2: a replay revokes
+    if code.redeemed_at is not None:  # RFC 6749 4.1.2: a replay revokes what the code gave
+        _replayed("code", code.agent_id, code.grant_id, client.client_id, now)
         raise OAuthError("invalid_grant", "the code was already used; the tokens it gave are revoked")
     if code.expires_at <= now:
         raise OAuthError("invalid_grant", "the code expired")
@@ -385,7 +385,7 @@ def _refresh(client: OAuthClient, form: dict[str, str], now: datetime) -> dict[s
     presented = form.get("refresh_token", "")
     state, grant = _grant_of(presented, client)
     if grant.previous_refresh_hash and hmac.compare_digest(hash_token(presented), grant.previous_refresh_hash):
-        oauth_store.revoke_grant(state.agent.agent_id, grant.grant_id, now)  # a rotated-away token came back
+        _replayed("refresh_token", state.agent.agent_id, grant.grant_id, client.client_id, now)
         raise OAuthError("invalid_grant", "the refresh token was already used; the grant is revoked")
     if not grant.active or state.agent.revoked or not grant.refresh_hash or not hmac.compare_digest(
             hash_token(presented), grant.refresh_hash) or (grant.refresh_expires_at or now) <= now:
@@ -401,6 +401,14 @@ def _refresh(client: OAuthClient, form: dict[str, str], now: datetime) -> dict[s
                               now=now):
         raise OAuthError("invalid_grant", "the refresh token was used meanwhile")
     return issued.answer(grant.scope)
+
+
+def _replayed(what: str, agent_id: str, grant_id: str, client_id: str, now: datetime) -> None:
+    """A code or refresh token came back after use: one of two copies leaked. The grant is revoked,
+    logged and counted (`OAuthReplays`, alarmed)."""
+    oauth_store.revoke_grant(agent_id, grant_id, now)
+    log.event("oauth.replay_revoked", metrics=[log.Metric("OAuthReplays", 1)], replayed=what, agent_id=agent_id,
+              grant_id=grant_id, client_id=client_id)
 
 
 def revoke(form: dict[str, str], authorization: str | None, now: datetime) -> None:

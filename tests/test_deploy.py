@@ -371,8 +371,8 @@ def test_a_broken_log_group_fails_the_check(break_it: Callable[[dict[str, Any]],
 
 TOPIC = {"Fn::If": ["MakesAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]}
 # The app's own metrics (embedded metric format, by stage) that mean something failed and was
-# left for later: a sweep step or agent, a run's end that the store would not take.
-APP_METRICS = ("SweepFailures", "RunEndsUnrecorded")
+# left for later (a sweep step or agent, a run's end that the store would not take), or a leaked OAuth token.
+APP_METRICS = ("SweepFailures", "RunEndsUnrecorded", "OAuthReplays")
 # Every DynamoDB operation the store makes: the policy's actions, and TransactWriteItems (which
 # IAM authorizes as its parts; chalicelib/store/base.py's transaction).
 TABLE_OPERATIONS = {"TransactWriteItems"} | {

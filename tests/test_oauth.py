@@ -21,7 +21,7 @@ from chalice.test import Client
 
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
-from tests.conftest import Admin
+from tests.conftest import Admin, log_lines
 from tests.test_console import FORM, Console, console, rows, text  # noqa: F401 - the signed-in console fixture
 
 REDIRECT = "https://chat.example/oauth/callback"
@@ -290,13 +290,18 @@ def test_a_bad_pkce_verifier_is_refused(flow: Flow) -> None:
     assert "access_token" not in text(answer)
 
 
-def test_a_reused_code_is_refused_and_revokes_what_it_gave(flow: Flow) -> None:
+def test_a_reused_code_is_refused_and_revokes_what_it_gave(flow: Flow, logged: Any) -> None:
     code = flow.code()
     first = json.loads(flow.redeem(code).body)
     again = flow.redeem(code)
     assert again.status_code == 400 and json.loads(again.body)["error"] == "invalid_grant"
     assert mcp(flow.client, first["access_token"]).status_code == 401
     assert flow.refresh(first["refresh_token"]).status_code == 400
+    # AND the replay is logged and counted for its alarm, without the code
+    [replay] = log_lines(logged, "oauth.replay_revoked")
+    assert replay["replayed"] == "code" and replay["client_id"] == flow.client_id
+    assert replay["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [{"Name": "OAuthReplays", "Unit": "Count"}]
+    assert code not in json.dumps(replay)
 
 
 def test_a_code_for_another_redirect_uri_or_resource_or_client_is_refused(flow: Flow, client: Client) -> None:
