@@ -27,7 +27,7 @@ from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull,
 from playwright.sync_api import sync_playwright
 
 from tests.e2e.conftest import Stack
-from tests.e2e.test_console_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.test_console_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS
 
 pytestmark = [
     pytest.mark.anyio,
@@ -77,6 +77,8 @@ class Person:
             page.click("button:has-text('Sign in')")
             page.wait_for_selector("#approve")
             self.pages.append(page.content())
+            if SCREENSHOTS.exists():  # beside the console's other pages (test_console_browser makes the folder)
+                page.screenshot(path=str(SCREENSHOTS / "oauth-consent.png"), full_page=True)
             page.check("#new-agent")
             page.fill("#name-new", self.agent_name)
             page.click("#approve")
