@@ -373,11 +373,11 @@ CHALICE_FUNCTIONS = 4  # APIHandler, Sweep, SweepWorker, WebhookConsumer
 
 def observability_types() -> list[str]:
     """A log group per function; alarms: each dead-letter queue, each function's errors and
-    throttles, the API's 5xx, each table's throttling, and the app's two failure metrics (sweep
-    failures, run ends left unrecorded)."""
+    throttles, the API's 5xx, each table's throttling, and the app's three metrics of trouble (sweep
+    failures, run ends left unrecorded, replayed OAuth tokens)."""
     return (["AWS::SSM::Parameter", "AWS::SNS::Topic", "AWS::SNS::Subscription"]
             + ["AWS::Logs::LogGroup"] * CHALICE_FUNCTIONS
-            + ["AWS::CloudWatch::Alarm"] * (len(QUEUES) + 2 * CHALICE_FUNCTIONS + 1 + len(TABLES) + 2))
+            + ["AWS::CloudWatch::Alarm"] * (len(QUEUES) + 2 * CHALICE_FUNCTIONS + 1 + len(TABLES) + 3))
 # The API's name, which the 5XXError alarm names: one per stage (as Name, and as the definition's
 # title, which API Gateway may take instead).
 API_NAME = {"Fn::Sub": "workset-${Stage}"}
