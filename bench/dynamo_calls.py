@@ -60,6 +60,10 @@ OPERATIONS = [
     ("find_tool, warm instance", 3),
     ("find_tool, cold instance", None),
     ("run_tool (read tool, not promoted)", None),
+    # issue 15: OAuth (Workset as its own authorization server)
+    ("OAuth: redeem a code at /oauth/token", None),
+    ("tools/list with an OAuth access token (nothing promoted)", 1),  # one Query authenticates it too
+    ("OAuth: refresh (rotation) at /oauth/token", None),
 ]
 
 
@@ -77,7 +81,7 @@ def main() -> None:
         from chalicelib.store.tables import create_all
 
         create_all()
-        _, token = accounts.create_account("bench", utcnow())
+        account, token = accounts.create_account("bench", utcnow())
         with Client(app) as client:
             admin = Admin(client, token)
             vendor_url = _start_vendor()
@@ -99,6 +103,12 @@ def main() -> None:
                 "run_tool (read tool, not promoted)": lambda: mcp.call(
                     "run_tool", {"vendor": "unleashed", "name": "tool-5", "input": {"customer": "a"}}),
             }
+            oauth_client = _OAuthClient(client, account.account_id, admin.create_agent("chat")["id"])
+            runs |= {
+                "OAuth: redeem a code at /oauth/token": oauth_client.redeem,
+                "tools/list with an OAuth access token (nothing promoted)": lambda: Mcp(client, oauth_client.access).post("tools/list"),
+                "OAuth: refresh (rotation) at /oauth/token": oauth_client.refresh,
+            }
             mcp.call("find_tool", {"query": "warm up"})
             print(f"{'operation':45} {'calls':>5} {'target':>6}  by API operation")
             for label, target in OPERATIONS:
@@ -107,6 +117,51 @@ def main() -> None:
                 verdict = "" if target is None else ("ok" if len(made) <= target else "OVER")
                 shown = "-" if target is None else f"<= {target}"
                 print(f"{label:45} {len(made):5} {shown:>6}  {dict(Counter(made))} {verdict}")
+
+
+class _OAuthClient:
+    """A public client consented to for `agent_id` (the consent itself is not counted)."""
+
+    REDIRECT = "https://chat.example/cb"
+
+    def __init__(self, client, account_id: str, agent_id: str) -> None:  # noqa: ANN001 - chalice's test Client
+        import base64
+        import hashlib
+        import json
+        from urllib.parse import parse_qs, urlsplit
+
+        from chalicelib import oauth
+        from chalicelib.clock import utcnow
+        from chalicelib.config import settings
+
+        self.client, self.verifier = client, "v" * 64
+        registered = client.http.post("/oauth/register", headers={"Content-Type": "application/json"}, body=json.dumps(
+            {"redirect_uris": [self.REDIRECT], "token_endpoint_auth_method": "none"}))
+        self.client_id = json.loads(registered.body)["client_id"]
+        challenge = base64.urlsafe_b64encode(hashlib.sha256(self.verifier.encode()).digest()).decode().rstrip("=")
+        pending = oauth.check_request({"response_type": "code", "client_id": self.client_id, "redirect_uri": self.REDIRECT,
+                                       "code_challenge": challenge, "code_challenge_method": "S256",
+                                       "resource": settings().mcp_url}, utcnow())
+        location = oauth.consent(pending, account_id, agent_id, actor="admin", now=utcnow())
+        self.code = parse_qs(urlsplit(location).query)["code"][0]
+        self.access = self.refresh_token = ""
+
+    def _token(self, **form: str) -> dict[str, str]:
+        import json
+        from urllib.parse import urlencode
+
+        answer = self.client.http.post("/oauth/token", headers={"Content-Type": "application/x-www-form-urlencoded"},
+                                       body=urlencode({"client_id": self.client_id, **form}))
+        tokens = json.loads(answer.body)
+        self.access, self.refresh_token = tokens["access_token"], tokens["refresh_token"]
+        return tokens
+
+    def redeem(self) -> dict[str, str]:
+        return self._token(grant_type="authorization_code", code=self.code, redirect_uri=self.REDIRECT,
+                           code_verifier=self.verifier)
+
+    def refresh(self) -> dict[str, str]:
+        return self._token(grant_type="refresh_token", refresh_token=self.refresh_token)
 
 
 def _start_vendor() -> str:

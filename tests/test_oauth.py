@@ -475,3 +475,13 @@ def test_another_accounts_agent_cannot_be_granted_or_revoked(flow: Flow, other_a
     assert answer.status_code == 404
     assert admin.call("POST", f"/v1/agents/{theirs['id']}/revoke").status_code == 404
     assert mcp(flow.client, theirs["api_key"]).status_code == 200
+
+
+def test_an_access_token_is_authenticated_by_the_same_one_query_as_a_key(flow: Flow) -> None:
+    from bench.dynamo_calls import DynamoCalls
+
+    tokens = flow.tokens()
+    counter = DynamoCalls().install()
+    with counter.measure() as made:
+        assert mcp(flow.client, tokens["access_token"]).status_code == 200
+    assert made == ["Query"]  # nothing promoted: the agent's partition is all tools/list reads
