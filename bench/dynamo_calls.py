@@ -124,7 +124,7 @@ class _OAuthClient:
 
     REDIRECT = "https://chat.example/cb"
 
-    def __init__(self, client, account_id: str, agent_id: str) -> None:  # noqa: ANN001 - chalice's test Client
+    def __init__(self, client, account_id: str, agent_id: str) -> None:
         import base64
         import hashlib
         import json
