@@ -280,8 +280,10 @@ def check_request(params: dict[str, str], now: datetime) -> Pending:
                       params.get("resource") or settings().mcp_url, state if state and _STATE.fullmatch(state) else None)
     if state and pending.state is None:
         raise Redirected(pending.answer(error="invalid_request", error_description="state is not printable ASCII"))
-    for fault in _faults(params, pending):
-        raise Redirected(pending.answer(error=fault[0], error_description=fault[1]))
+    faults = _faults(params, pending)
+    if faults:
+        error, description = faults[0]
+        raise Redirected(pending.answer(error=error, error_description=description))
     return pending
 
 
