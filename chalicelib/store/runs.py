@@ -31,6 +31,7 @@ from chalicelib.store.models import (
     RunItem,
     RunResultItem,
     approval_sk,
+    connection_key,
     promotion_sk,
     shard,
 )
@@ -97,6 +98,8 @@ def finish(run: Run, status: str, now: datetime, *, result: dict[str, Any] | Non
     else:
         actions += [RunItem.result.set(result)] if result is not None else []
         actions += [RunItem.error.set(error)] if error is not None else []
+    if error is not None and isinstance(error.get("code"), str):
+        actions.append(RunItem.error_code.set(error["code"][:64]))  # what a connection's recent calls show
     condition = RunItem.status.is_in(RUNNING, EXPIRED) if after_expiry else RunItem.status == RUNNING
     return _end(run, actions, condition, now, announce=announce)
 
@@ -232,6 +235,7 @@ def _item(run: Run) -> RunItem:
         created_at=run.created_at, updated_at=run.updated_at, lease_expires_at=run.lease_expires_at,
         pending_account_id=run.account_id if run.status == AWAITING else None, ttl=_expiry(run),
         sweep_shard=shard(run.run_id, SHARDS), sweep_at=run.lease_expires_at,
+        connection_key=connection_key(run.account_id, run.connection_id) if run.connection_id else None,
     )
 
 
@@ -253,4 +257,5 @@ def _record(item: RunItem) -> Run:
         name=item.name, version=int(item.version), input=item.input or {}, status=item.status,
         created_at=item.created_at, updated_at=item.updated_at, lease_expires_at=item.lease_expires_at,
         dry_run=bool(item.dry_run), result=item.result, error=item.error, decided_by=item.decided_by,
+        connection_id=item.connection_key.partition("#")[2] if item.connection_key else None,
     )
