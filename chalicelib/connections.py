@@ -269,7 +269,7 @@ def complete_authorization(account_id: str, session: str, state: str, *, code: s
                                                session_hash=_hash(session), now=now):
         raise refused
     if error is not None or not code:
-        said = error if error and error.isascii() and error.replace("_", "").isalnum() and len(error) <= 40 else None
+        said = error if error in vendor_tokens.KNOWN_ERRORS else None
         raise InvalidInput(f"the vendor did not grant access{f' ({said})' if said else ''}; nothing was changed")
     try:
         tokens = vendor_tokens.exchange_code(connection.oauth, _secret(connection), code=code,

@@ -10,7 +10,6 @@ the endpoint's text, which could echo what it was sent).
 from __future__ import annotations
 
 import base64
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +27,10 @@ MAX_LIFETIME = timedelta(days=1)  # an answer claiming longer is held to this (t
 # OAuth error codes that say the client's credentials or grant are no longer taken (5.2)
 REJECTIONS = frozenset({"invalid_client", "unauthorized_client", "invalid_grant", "invalid_scope",
                         "unsupported_grant_type"})
+# the codes a message may repeat (RFC 6749 4.1.2.1 and 5.2): any other text an endpoint sends
+# could be anything, the secret it was sent included
+KNOWN_ERRORS = REJECTIONS | {"invalid_request", "access_denied", "unsupported_response_type", "server_error",
+                             "temporarily_unavailable"}
 FORM = "application/x-www-form-urlencoded"
 
 
@@ -106,7 +109,7 @@ def _tokens(response: outbound.HttpResponse, host: str, now: datetime) -> Tokens
     payload = _json(response.body)
     if not 200 <= response.status < 300:
         error = payload.get("error") if isinstance(payload, dict) else None
-        code = error if isinstance(error, str) and re.fullmatch(r"[a-z0-9_]{1,40}", error) else None
+        code = error if error in KNOWN_ERRORS else None
         definitive = response.status == 401 or (response.status in (400, 401) and code in REJECTIONS)
         said = f" ({code})" if code else ""
         raise TokenRefused(f"{where} answered HTTP {response.status}{said}", definitive=definitive)

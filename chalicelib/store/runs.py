@@ -98,8 +98,9 @@ def finish(run: Run, status: str, now: datetime, *, result: dict[str, Any] | Non
     else:
         actions += [RunItem.result.set(result)] if result is not None else []
         actions += [RunItem.error.set(error)] if error is not None else []
-    if error is not None and isinstance(error.get("code"), str):
-        actions.append(RunItem.error_code.set(error["code"][:64]))  # what a connection's recent calls show
+    code = _error_code(error)
+    if code is not None:
+        actions.append(RunItem.error_code.set(code))  # what a connection's recent calls show
     condition = RunItem.status.is_in(RUNNING, EXPIRED) if after_expiry else RunItem.status == RUNNING
     return _end(run, actions, condition, now, announce=announce)
 
@@ -237,6 +238,13 @@ def _item(run: Run) -> RunItem:
         sweep_shard=shard(run.run_id, SHARDS), sweep_at=run.lease_expires_at,
         connection_key=connection_key(run.account_id, run.connection_id) if run.connection_id else None,
     )
+
+
+def _error_code(error: dict[str, Any] | None) -> str | None:
+    """The code of a run's error (`{"error": {"code": ...}}`, as a tool result carries it)."""
+    inner = error.get("error", error) if isinstance(error, dict) else None
+    code = inner.get("code") if isinstance(inner, dict) else None
+    return code[:64] if isinstance(code, str) else None
 
 
 def _expiry(run: Run) -> datetime:
