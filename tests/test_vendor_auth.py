@@ -23,11 +23,19 @@ from chalice.test import Client
 from chalicelib import outbound
 from chalicelib.clock import utcnow
 from tests.conftest import Admin, Mcp, Vendor, log_lines, serving
-from tests.test_console import Console, console  # noqa: F401 - the signed-in console fixture, shared
+from tests.test_console import Console
 
 CLIENT_SECRET = "cs_live_client_secret_0123456789"
 PASSWORD = "pa55-w0rd-very-secret"
 QUERY_KEY = "qk secret/+&=value-0123456789"  # needs URL encoding in every form
+
+
+@pytest.fixture
+def console(client: Client, admin: Admin) -> Console:
+    """A browser signed in to the console (its cookie and CSRF token)."""
+    signed_in = Console(client)
+    assert signed_in.sign_in(admin.token).status_code == 303
+    return signed_in
 
 
 # --- fake servers ---------------------------------------------------------------------------------
