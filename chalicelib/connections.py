@@ -350,7 +350,7 @@ def _refresh(connection: Connection, tokens: Tokens, timeout: float) -> Credenti
 
 def _newer(read: Connection) -> Credential:
     """Another call changed the tokens since `read` was read: its tokens, if they are usable."""
-    connection = _usable(read.account_id, read.connection_id, None)
+    connection = _usable(read.account_id, read.connection_id, None, consistent=True)
     newer = connection.auth_type == AUTHORIZATION_CODE and connection.token_version > read.token_version
     if newer and (connection.token_expires_at is None or connection.token_expires_at > utcnow()):
         return bearer_token(_stored_tokens(connection).access_token)
@@ -373,8 +373,8 @@ def _seal(connection: Connection, tokens: Tokens) -> bytes:
 # --- shared -------------------------------------------------------------------------------------
 
 
-def _usable(account_id: str, connection_id: str, url: str | None) -> Connection:
-    connection = connection_store.get(account_id, connection_id)
+def _usable(account_id: str, connection_id: str, url: str | None, *, consistent: bool = False) -> Connection:
+    connection = connection_store.get(account_id, connection_id, consistent=consistent)
     if connection is None or connection.status == connection_store.REVOKED:
         raise ConnectionRevoked(f"connection {connection_id} was revoked; the tool cannot run with it")
     if connection.status == connection_store.NOT_CONNECTED:

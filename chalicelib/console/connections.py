@@ -123,7 +123,7 @@ def _connection_page(ctx: Ctx, connection_id: str, status: int = 200, *, error: 
     if origin:
         # Connect is a form whose answer redirects to the vendor: browsers hold that redirect to
         # the page's form-action, so the vendor's origin (and only it) is added.
-        policy = response.headers["Content-Security-Policy"]
+        policy = str(response.headers["Content-Security-Policy"])
         response.headers["Content-Security-Policy"] = policy.replace("form-action 'self'",
                                                                      f"form-action 'self' {origin}")
     return response

@@ -54,13 +54,13 @@ def put(connection: Connection) -> None:
     ).save(condition=ConnectionItem.connection_id.does_not_exist())
 
 
-def get(account_id: str, connection_id: str) -> Connection | None:
-    """A connection of the account, or None (strongly consistent: a token written a moment ago by
-    another instance is seen)."""
+def get(account_id: str, connection_id: str, *, consistent: bool = False) -> Connection | None:
+    """A connection of the account, or None; `consistent` to see a token another instance wrote a
+    moment ago (twice the read units, so only after a lost token race)."""
     if not key_ok(account_id, connection_id):
         return None
     try:
-        return _record(ConnectionItem.get(account_id, connection_id, consistent_read=True))
+        return _record(ConnectionItem.get(account_id, connection_id, consistent_read=consistent))
     except DoesNotExist:
         return None
 
@@ -189,7 +189,7 @@ def _call(item: RunItem) -> Call:
 def _record(item: ConnectionItem) -> Connection:
     return Connection(
         connection_id=item.connection_id, account_id=item.account_id, vendor=item.vendor,
-        auth_type=item.auth_type, header_name=item.header_name or "", hosts=tuple(item.hosts or ()),
+        auth_type=item.auth_type, header_name=item.header_name or "", hosts=tuple(str(host) for host in item.hosts or ()),
         status=item.status, created_at=item.created_at, revoked_at=item.revoked_at,
         ciphertext=bytes(item.ciphertext), query_name=item.query_name or "", oauth=item.oauth,
         revision=int(item.revision or 0), token_ciphertext=bytes(item.token_ciphertext or b""),
