@@ -154,6 +154,16 @@ class ToolDenied(Forbidden):
     code = "tool_denied"
 
 
+class ConnectionNeedsReconnect(WorksetError):
+    """The vendor no longer takes the connection's credential (or a person never connected it):
+    a person must reconnect it in the console; the message names the page. The vendor was not
+    called."""
+
+    code = "connection_needs_reconnect"
+    status = 409
+    vendor_acted = False
+
+
 class QuotaExceeded(WorksetError):
     """The agent used up a quota (for example its daily acquire allowance)."""
 

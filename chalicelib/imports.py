@@ -191,16 +191,17 @@ class _ConnectionCheck:
 
     def __init__(self, account_id: str, connection: str | None, vendor: str) -> None:
         self._account_id, self._connection, self._vendor = account_id, connection, vendor
-        self._passed: set[tuple[str, tuple[str, ...]]] = set()
+        self._passed: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
 
     def __call__(self, spec: ToolSpec) -> None:
         if self._connection is None:
             return
         parts = urlsplit(spec.url)
-        seen = (f"{parts.scheme}://{parts.netloc}", tuple(sorted(name.lower() for name in spec.header_names)))
+        seen = (f"{parts.scheme}://{parts.netloc}", tuple(sorted(name.lower() for name in spec.header_names)),
+                tuple(sorted(spec.query_names)))
         if seen not in self._passed:
             connections.check_usable(self._account_id, self._connection, self._vendor, spec.url,
-                                     field="connection", headers=spec.header_names)
+                                     field="connection", headers=spec.header_names, query=spec.query_names)
             self._passed.add(seen)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from chalicelib import accounts, connections, log, notify, toolbox, vendor
 from chalicelib.clock import SKEW_ALLOWANCE, utcnow
 from chalicelib.config import settings
+from chalicelib.connection_auth import Credential
 from chalicelib.errors import (
     Conflict,
     ConnectionNotInScope,
@@ -224,10 +225,20 @@ def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
             toolbox.resolve(run.account_id, run.vendor, run.name).check_available()
             _check_scope(agent_store.load_state(run.agent_id), tool)
             toolbox.check_reach(run.account_id, tool)
-        request, timeout = _prepare(run, tool)
         sent = not (run.dry_run and tool.spec.writes)  # a preview of a write reaches no vendor
+        deadline = _deadline(run)
+        credential = _credential(run, tool, deadline, preview=not sent)
+        request = vendor.build(tool, run.input, credential)
         sending = time.perf_counter()
-        outcome = vendor.perform(request, dry_run=run.dry_run, read_only=not tool.spec.writes, timeout=timeout)
+        outcome = vendor.perform(request, dry_run=run.dry_run, read_only=not tool.spec.writes,
+                                 timeout=_left(deadline))
+        if sent and credential is not None and credential.renewable and _unauthorized(outcome):
+            # the vendor refused the token: one new token (another call's, or fetched), one retry
+            assert tool.spec.connection is not None
+            credential = connections.renew(run.account_id, tool.spec.connection, tool.spec.url, credential,
+                                           timeout=_left(deadline))
+            outcome = vendor.perform(vendor.build(tool, run.input, credential), dry_run=run.dry_run,
+                                     read_only=not tool.spec.writes, timeout=_left(deadline))
         vendor_ms = log.elapsed_ms(sending) if sent else None
     except WorksetError as error:
         outcome = vendor.failure(error)
@@ -344,17 +355,37 @@ def _log_run(run: Run, outcome: Outcome, started: float, vendor_ms: float | None
               vendor_ms=vendor_ms)
 
 
-def _prepare(run: Run, tool: Tool) -> tuple[vendor.Request, float]:
-    """The request with its credential, and the vendor's deadline, which ends before the lease
-    does, so the run is never taken for abandoned. Nothing is sent."""
-    credential = None
-    if tool.spec.connection:
-        credential = connections.credential(run.account_id, tool.spec.connection, tool.spec.url)
+def _deadline(run: Run) -> float:
+    """When (on the monotonic clock) the vendor call, token requests included, must be over: before
+    the lease ends, so the run is never taken for abandoned."""
     budget = (run.lease_expires_at - utcnow()).total_seconds() - LEASE_SAFETY_SECONDS
     timeout = min(settings().vendor_timeout_seconds, budget)
     if timeout <= 0:
         raise VendorTimeout("the run's time ran out before the vendor was called")
-    return vendor.build(tool, run.input, credential), timeout
+    return time.monotonic() + timeout
+
+
+def _left(deadline: float) -> float:
+    """Seconds left before `deadline`; none left is a timeout (nothing more is sent)."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise VendorTimeout("the run's time ran out before the vendor answered")
+    return left
+
+
+def _credential(run: Run, tool: Tool, deadline: float, *, preview: bool) -> Credential | None:
+    """The tool's credential (an OAuth token fetched or refreshed within the deadline if need be;
+    none for a preview, which would redact it)."""
+    if not tool.spec.connection:
+        return None
+    return connections.credential(run.account_id, tool.spec.connection, tool.spec.url, timeout=_left(deadline),
+                                  preview=preview)
+
+
+def _unauthorized(outcome: Outcome) -> bool:
+    """The vendor answered 401: the token it was sent is no good (any more)."""
+    error = outcome.structured.get("error") if outcome.is_error else None
+    return isinstance(error, dict) and error.get("code") == "vendor_error" and error.get("status") == 401
 
 
 def _start(run: Run, use_due_at: datetime | None, *, pinned: bool = False) -> None:
@@ -399,6 +430,7 @@ def _new_run(state: AgentState, tool: Tool, arguments: dict[str, Any], status: s
         run_id=f"run{secrets.token_hex(10)}", agent_id=state.agent.agent_id, account_id=state.agent.account_id,
         vendor=tool.spec.vendor, name=tool.spec.name, version=tool.version.version, input=arguments,
         status=status, created_at=now, updated_at=now, lease_expires_at=lease, dry_run=dry_run,
+        connection_id=tool.spec.connection or None,
     )
 
 

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
@@ -282,6 +282,19 @@ class ToolSpec(BaseModel):
         """The headers the tool itself sets (an upstream tool sets none)."""
         return self.request.header_names() if self.request is not None else []
 
+    @property
+    def query_names(self) -> list[str]:
+        """The query parameters the tool itself may send: its URL's, its query params, and the input
+        fields it places nowhere else when those go to the query string (`vendor.build`)."""
+        if self.request is None:
+            return []
+        names = [name for name, _ in parse_qsl(urlsplit(self.request.url).query, keep_blank_values=True)]
+        names += [param.name for param in self.request.params if param.in_ == "query"]
+        if self.request.method in ("GET", "HEAD", "DELETE") or self.request.body is not None:
+            placed = set(self.request.fields())
+            names += [name for name in self.input_schema.get("properties", {}) if name not in placed]
+        return names
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -316,7 +329,7 @@ def publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime) -
     the URL's host."""
     if spec.connection:
         connections.check_usable(account_id, spec.connection, spec.vendor, spec.url, field="connection",
-                                 headers=spec.header_names)
+                                 headers=spec.header_names, query=spec.query_names)
     return _publish(account_id, spec, published_by, now)
 
 
@@ -331,7 +344,7 @@ def acquire(state: AgentState, spec: ToolSpec, now: datetime) -> Tool:
         if not state.may_use(spec.connection):
             raise ConnectionNotInScope(f"connection {spec.connection} is not in this agent's scope", field="connection")
         connections.check_usable(account_id, spec.connection, spec.vendor, spec.url, field="connection",
-                                 require_hosts=True, headers=spec.header_names)
+                                 require_hosts=True, headers=spec.header_names, query=spec.query_names)
     else:
         _check_keyless_host(account_id, spec.url)
     if not agent_store.count_acquire(agent_id, now.date().isoformat(), settings().acquire_per_day):

@@ -58,7 +58,8 @@ def register(account_id: str, payload: Any, published_by: str, now: datetime) ->
     reached (or a vendor that has a server already) registers nothing."""
     request = parse(NewUpstream, payload)
     if request.connection:
-        connections.check_usable(account_id, request.connection, request.vendor, request.url, field="connection")
+        connections.check_usable(account_id, request.connection, request.vendor, request.url, field="connection",
+                                 headers_only=True)
     if upstream_store.get(account_id, request.vendor) is not None:
         raise Conflict(f"vendor {request.vendor} has an MCP server already; sync it, or choose another vendor",
                        field="vendor")

@@ -10,7 +10,7 @@ from urllib.parse import quote, quote_plus, unquote, urlencode, urlsplit, urluns
 
 from chalicelib import jsontext, outbound
 from chalicelib.config import settings
-from chalicelib.connections import Credential
+from chalicelib.connection_auth import Credential
 from chalicelib.errors import InvalidInput, VendorError, WorksetError
 from chalicelib.outbound import HttpRequest
 from chalicelib.toolbox import HEADER_VALUE, Tool, UpstreamCall
@@ -117,11 +117,12 @@ def _upstream_request(call: UpstreamCall, arguments: dict[str, Any], credential:
 
 
 def _with_credential(http: HttpRequest, credential: Credential | None) -> Request:
+    """The request carrying the credential in its header or query parameter, in place of whatever
+    the request itself put there."""
     if credential is None:
         return Request(http)
-    headers = {name: value for name, value in http.headers.items() if name.lower() != credential.header.lower()}
-    headers[credential.header] = credential.value
-    return Request(replace(http, headers=headers), credential.secrets)
+    url, headers = credential.apply(http.url, http.headers)
+    return Request(replace(http, url=url, headers=headers), credential.secrets)
 
 
 def preview(request: Request) -> Outcome:

@@ -1247,6 +1247,21 @@ def exercise_store() -> set[str]:
     assert connections.revoke("acct", "cn1", now) is False
     assert connections.get("acct", "cn1").status == connections.REVOKED
     assert run(connections.get, "other", "cn1") is None
+    # Reconnected in place; an authorization's state used once; tokens kept over the version read.
+    assert run(connections.replace_secret, "acct", "cn1", auth_type="bearer", ciphertext=ciphertext, oauth=None,
+               status=connections.ACTIVE, now=now) is True
+    assert run(connections.begin_authorization, "acct", "cn1", state_hash="h", session_hash="s",
+               expires_at=now + timedelta(minutes=10)) is True
+    assert run(connections.take_authorization, "acct", "cn1", state_hash="h", session_hash="s", now=now) is True
+    assert connections.take_authorization("acct", "cn1", state_hash="h", session_hash="s", now=now) is False
+    tokens = run(vault.encrypt, "{}", account_id="acct", connection_id="cn1", purpose="tokens")
+    assert run(connections.connect, "acct", "cn1", token_ciphertext=tokens, expires_at=now, now=now) is True
+    read = connections.get("acct", "cn1").token_version
+    assert run(connections.save_tokens, "acct", "cn1", token_ciphertext=tokens, expires_at=None,
+               read_version=read) is True
+    assert connections.save_tokens("acct", "cn1", token_ciphertext=tokens, expires_at=None, read_version=read) is False
+    assert run(connections.mark_needs_reconnect, "acct", "cn1", reason="r", read_version=read + 1) is True
+    assert run(connections.recent_calls, "acct", "cn1", limit=20).items == []
 
     # Queues: the sweep's batches (the queue made by `queues.ensure`, as conftest does; in AWS the
     # template declares it). Eleven bodies take two SendMessageBatch calls; the URL is looked up.

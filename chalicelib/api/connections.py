@@ -1,4 +1,5 @@
-"""Admin routes for connections: add (the secret is typed once), list, revoke."""
+"""Admin routes for connections: add (the secret is typed once), list, give a new secret in
+place, revoke, and the recent calls through one."""
 
 from __future__ import annotations
 
@@ -24,6 +25,17 @@ def list_connections(account_id: str) -> dict[str, Any]:
 @admin_route("/v1/connections/{connection_id}", "GET")
 def get_connection(account_id: str, connection_id: str) -> dict[str, Any]:
     return shapes.connection(connections.get(account_id, connection_id))
+
+
+@admin_route("/v1/connections/{connection_id}/auth", "PUT")
+def replace_auth(account_id: str, connection_id: str) -> dict[str, Any]:
+    return shapes.connection(connections.replace_auth(account_id, connection_id, body(), utcnow()))
+
+
+@admin_route("/v1/connections/{connection_id}/calls", "GET")
+def recent_calls(account_id: str, connection_id: str) -> dict[str, Any]:
+    page = connections.recent_calls(account_id, connection_id, limit=limit(), cursor=query("cursor"))
+    return shapes.page(page, shapes.connection_call)
 
 
 @admin_route("/v1/connections/{connection_id}/revoke", "POST")

@@ -8,6 +8,7 @@ from typing import Any
 from chalicelib.accounts import Created
 from chalicelib.clock import iso
 from chalicelib.runs import ShapeChange
+from chalicelib.store.connections import Call
 from chalicelib.store.records import (
     Agent,
     Approval,
@@ -171,16 +172,48 @@ def pending(record: Run, change: ShapeChange | None) -> dict[str, Any]:
 
 
 def connection(record: Connection) -> dict[str, Any]:
-    """A connection without its secret: only the kind of credential and where it may go."""
-    auth = {"type": record.auth_type}
+    """A connection without its secret: the kind of credential, where it goes and how it stands
+    (`active`, `revoked`, `needs_reconnect`, `not_connected`). OAuth settings are shown (a client
+    id is public); no secret, token or password ever is."""
+    auth: dict[str, Any] = {"type": record.auth_type}
     if record.auth_type == "header":
         auth["name"] = record.header_name
+    if record.auth_type == "query":
+        auth["name"] = record.query_name
+    if record.oauth:
+        auth.update({key: record.oauth[key] for key in ("authorize_url", "token_url", "client_id")
+                     if key in record.oauth})
+        scope = record.oauth.get("scope") or ""
+        if record.auth_type == "oauth2_authorization_code":
+            auth["scopes"] = scope.split()
+        elif scope:
+            auth["scope"] = scope
     return {
         "id": record.connection_id,
         "vendor": record.vendor,
         "auth": auth,
+        "auth_type": record.auth_type,
         "hosts": list(record.hosts),
         "status": record.status,
+        "status_reason": record.status_reason,
         "created_at": iso(record.created_at),
+        "connected_at": iso(record.connected_at),
         "revoked_at": iso(record.revoked_at),
+    }
+
+
+def connection_call(record: Call) -> dict[str, Any]:
+    """One call through a connection: which tool, which agent, how it ended, when (never its
+    input or result)."""
+    return {
+        "run_id": record.run_id,
+        "agent_id": record.agent_id,
+        "vendor": record.vendor,
+        "name": record.name,
+        "version": record.version,
+        "dry_run": record.dry_run,
+        "status": record.status,
+        "error_code": record.error_code,
+        "at": iso(record.created_at),
+        "updated_at": iso(record.updated_at),
     }

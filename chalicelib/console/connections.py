@@ -1,19 +1,27 @@
-"""Connections: add one (the secret is typed once and never shown again), and revoke one after a
-confirmation that lists the agents' tools the revocation will demote."""
+"""Connections: add one (the secret is typed once and never shown again), a connection's page
+(its state, recent calls, a new secret in place, Connect for an OAuth authorization-code one),
+the vendor's OAuth callback, and revoking after a confirmation that lists the agents' tools the
+revocation will demote."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 from chalice import Response
 
-from chalicelib import connections, sweep, toolbox
-from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, every, page, redirect
+from chalicelib import connections, jsontext, sweep, toolbox
+from chalicelib.clock import utcnow
+from chalicelib.console import session as sessions
+from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, bp, every, page, redirect, render
 from chalicelib.errors import InvalidInput
 from chalicelib.store import sweep as sweep_store
 
-KEPT_FIELDS = ("vendor", "auth_type", "header_name", "hosts")  # what a refused form shows again: never the secret
+# what a refused form shows again: never a secret
+KEPT_FIELDS = ("vendor", "auth_type", "header_name", "username", "param_name", "token_url", "authorize_url",
+               "client_id", "scope", "hosts")
+RECENT_CALLS = 20
 
 
 @page("/console/connections")
@@ -28,6 +36,58 @@ def add_connection(ctx: Ctx) -> Response:
     except InvalidInput as error:
         return _page(ctx, 400, error=error.message, values={name: ctx.form.get(name, "") for name in KEPT_FIELDS})
     return redirect("/console/connections", done="added", connection=created.connection_id)
+
+
+@bp.route(connections.CALLBACK_PATH, methods=["GET"], content_types=["application/json"])
+def oauth_callback() -> Response:
+    """The vendor sends the person back here with `code` and `state`. The console cookie is
+    SameSite=Strict, so a browser arriving from the vendor's site does not send it: the page then
+    reloads itself once from our own origin, which does."""
+    request = bp.current_request
+    now = utcnow()
+    query = dict(request.query_params or {})
+    if any(jsontext.text_fault(value) is not None or len(value) > 4096 for value in query.values()):
+        return render("error.html", 400, signed_in=False, csrf="", title="Not accepted",
+                      message="The vendor's answer is not text; nothing was changed. Press Connect again.")
+    session = sessions.read(request.headers.get("cookie"), now)
+    if session is None:
+        if query.get("resumed"):
+            return render("error.html", 403, signed_in=False, csrf="", title="Sign in first", message=(
+                "Connecting needs the console session that pressed Connect. Sign in, then press Connect again."))
+        again = f"{sessions.path_prefix()}{connections.CALLBACK_PATH}?{urlencode({**query, 'resumed': '1'})}"
+        return render("connect_resume.html", signed_in=False, csrf="", again=again)
+    ctx = Ctx(session, now, params=query)
+    try:
+        connection = connections.complete_authorization(
+            ctx.account_id, session.session_id, query.get("state", ""), code=query.get("code"),
+            error=query.get("error"), now=now)
+    except InvalidInput as error:
+        return ctx.render("error.html", 400, title="Not connected", message=error.message)
+    return redirect(f"/console/connections/{connection.connection_id}", done="connected")
+
+
+@page("/console/connections/{connection_id}")
+def connection_page(ctx: Ctx, connection_id: str) -> Response:
+    return _connection_page(ctx, connection_id)
+
+
+@action("/console/connections/{connection_id}/connect")
+def connect(ctx: Ctx, connection_id: str) -> Response:
+    """Send the person to the vendor to grant access (303 to its authorize URL)."""
+    target = connections.authorization_url(ctx.account_id, connection_id, ctx.session.session_id, ctx.now)
+    return Response(body="", status_code=303, headers={"Location": target, "Cache-Control": "no-store"})
+
+
+@action("/console/connections/{connection_id}/auth")
+def replace_auth(ctx: Ctx, connection_id: str) -> Response:
+    connection = connections.get(ctx.account_id, connection_id)
+    form = {**ctx.form, "auth_type": connection.auth_type, "header_name": connection.header_name,
+            "param_name": connection.query_name}
+    try:
+        connections.replace_auth(ctx.account_id, connection_id, {"auth": _payload(form)["auth"]}, ctx.now)
+    except InvalidInput as error:
+        return _connection_page(ctx, connection_id, 400, error=error.message)
+    return redirect(f"/console/connections/{connection_id}", done="replaced")
 
 
 @page("/console/connections/{connection_id}/revoke")
@@ -49,16 +109,52 @@ def revoke(ctx: Ctx, connection_id: str) -> Response:
 def _page(ctx: Ctx, status: int = 200, *, error: str | None = None, values: dict[str, str] | None = None) -> Response:
     listing = list(every(lambda cursor: connections.list_all(ctx.account_id, limit=ALL_PAGE, cursor=cursor)))
     return ctx.render("connections.html", status, listing=listing, error=error,
-                      values=values or {"vendor": "", "auth_type": "bearer", "header_name": "", "hosts": ""},
+                      values=values or {name: "bearer" if name == "auth_type" else "" for name in KEPT_FIELDS},
                       done=ctx.params.get("done"), added=ctx.params.get("connection", ""))
+
+
+def _connection_page(ctx: Ctx, connection_id: str, status: int = 200, *, error: str | None = None) -> Response:
+    connection = connections.get(ctx.account_id, connection_id)
+    calls = connections.recent_calls(ctx.account_id, connection_id, limit=RECENT_CALLS).items
+    response = ctx.render("connection.html", status, connection=connection, calls=calls, error=error,
+                          names=agent_names(ctx.account_id), done=ctx.params.get("done"),
+                          callback=connections.callback_url())
+    origin = _origin((connection.oauth or {}).get("authorize_url", ""))
+    if origin:
+        # Connect is a form whose answer redirects to the vendor: browsers hold that redirect to
+        # the page's form-action, so the vendor's origin (and only it) is added.
+        policy = str(response.headers["Content-Security-Policy"])
+        response.headers["Content-Security-Policy"] = policy.replace("form-action 'self'",
+                                                                     f"form-action 'self' {origin}")
+    return response
+
+
+def _origin(authorize_url: str) -> str:
+    """`scheme://host[:port]` of a stored authorize URL, or "" if it is not one a policy may name."""
+    parts = urlsplit(authorize_url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    return origin if re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?", origin) else ""
 
 
 def _payload(form: dict[str, str]) -> dict[str, Any]:
     """`{vendor, auth, hosts}` as the admin API takes it, from the form's flat fields."""
     secret = form.get("secret", "")
-    if form.get("auth_type") == "header":
-        auth = {"type": "header", "name": form.get("header_name", "").strip(), "value": secret}
+    kind = form.get("auth_type", "bearer")
+    field = {name: form.get(name, "").strip() for name in KEPT_FIELDS}
+    auth: dict[str, Any]
+    if kind == "header":
+        auth = {"type": "header", "name": field["header_name"], "value": secret}
+    elif kind == "basic":
+        auth = {"type": "basic", "username": field["username"], "password": secret}
+    elif kind == "query":
+        auth = {"type": "query", "name": field["param_name"], "value": secret}
+    elif kind == "oauth2_client_credentials":
+        auth = {"type": kind, "token_url": field["token_url"], "client_id": field["client_id"],
+                "client_secret": secret, **({"scope": field["scope"]} if field["scope"] else {})}
+    elif kind == "oauth2_authorization_code":
+        auth = {"type": kind, "authorize_url": field["authorize_url"], "token_url": field["token_url"],
+                "client_id": field["client_id"], "client_secret": secret, "scopes": field["scope"].split()}
     else:
         auth = {"type": "bearer", "token": secret}
     hosts = [host for host in re.split(r"[\s,]+", form.get("hosts", "").strip().lower()) if host]
-    return {"vendor": form.get("vendor", "").strip(), "auth": auth, "hosts": hosts}
+    return {"vendor": field["vendor"], "auth": auth, "hosts": hosts}

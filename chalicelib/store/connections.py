@@ -1,34 +1,66 @@
-"""Connections: vendor credentials, stored as KMS ciphertext bound to their account and id."""
+"""Connections: vendor credentials, stored as KMS ciphertext bound to their account and id.
+
+An authorization-code connection's tokens change under concurrent calls (refresh tokens rotate),
+so every token write is conditioned on the `token_version` it read (or, from a callback, moves it
+on whatever it was): of two refreshes of the same tokens only the first is kept, and a refresh
+never writes over tokens newer than the ones it started from.
+
+    call A reads v3 ──refresh──> tokens' ──save if v3──> v4  (kept)
+    call B reads v3 ──refresh──> tokens'' ──save if v3──> refused: B reads v4 and uses it
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
 
 from chalicelib.store.base import key_ok, page, update_if
-from chalicelib.store.models import ConnectionItem
+from chalicelib.store.models import ConnectionItem, RunItem, connection_key
 from chalicelib.store.records import Connection, Page
 
 ACTIVE = "active"
 REVOKED = "revoked"
+NEEDS_RECONNECT = "needs_reconnect"
+NOT_CONNECTED = "not_connected"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call through a connection, as its recent calls show it (never the input or result)."""
+
+    run_id: str
+    agent_id: str
+    vendor: str
+    name: str
+    version: int
+    status: str
+    error_code: str | None
+    dry_run: bool
+    created_at: datetime
+    updated_at: datetime
 
 
 def put(connection: Connection) -> None:
     """Store a new connection (its ciphertext already made by the vault)."""
     ConnectionItem(
         account_id=connection.account_id, connection_id=connection.connection_id, vendor=connection.vendor,
-        auth_type=connection.auth_type, header_name=connection.header_name, ciphertext=connection.ciphertext,
+        auth_type=connection.auth_type, header_name=connection.header_name or None,
+        query_name=connection.query_name or None, oauth=connection.oauth, ciphertext=connection.ciphertext,
         hosts=list(connection.hosts), status=connection.status, created_at=connection.created_at,
+        revision=connection.revision, token_version=0,
     ).save(condition=ConnectionItem.connection_id.does_not_exist())
 
 
-def get(account_id: str, connection_id: str) -> Connection | None:
-    """A connection of the account, or None."""
+def get(account_id: str, connection_id: str, *, consistent: bool = False) -> Connection | None:
+    """A connection of the account, or None; `consistent` to see a token another instance wrote a
+    moment ago (twice the read units, so only after a lost token race)."""
     if not key_ok(account_id, connection_id):
         return None
     try:
-        return _record(ConnectionItem.get(account_id, connection_id))
+        return _record(ConnectionItem.get(account_id, connection_id, consistent_read=consistent))
     except DoesNotExist:
         return None
 
@@ -39,18 +71,128 @@ def list_all(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
 
 
 def revoke(account_id: str, connection_id: str, now: datetime) -> bool:
-    """Mark a connection revoked; False when it was revoked already."""
+    """Mark a connection revoked and drop its tokens; False when it was revoked already."""
     return update_if(
         ConnectionItem(account_id=account_id, connection_id=connection_id),
-        [ConnectionItem.status.set(REVOKED), ConnectionItem.revoked_at.set(now)],
-        ConnectionItem.status == ACTIVE,
+        [ConnectionItem.status.set(REVOKED), ConnectionItem.revoked_at.set(now),
+         ConnectionItem.token_ciphertext.remove(), ConnectionItem.token_expires_at.remove(),
+         ConnectionItem.token_version.add(1), ConnectionItem.auth_state.remove()],
+        ConnectionItem.connection_id.exists() & (ConnectionItem.status != REVOKED),
     )
+
+
+def replace_secret(account_id: str, connection_id: str, *, auth_type: str, ciphertext: bytes,
+                   oauth: dict[str, str] | None, status: str, now: datetime) -> bool:
+    """Give a connection of the same kind a new secret (and OAuth settings): it becomes `status`
+    with no tokens, and its revision moves on so no instance keeps using a token of the old
+    secret. False when there is no such connection of that kind."""
+    actions: list[Any] = [
+        ConnectionItem.ciphertext.set(ciphertext), ConnectionItem.status.set(status),
+        ConnectionItem.revision.add(1), ConnectionItem.token_version.add(1),
+        ConnectionItem.token_ciphertext.remove(), ConnectionItem.token_expires_at.remove(),
+        ConnectionItem.revoked_at.remove(), ConnectionItem.status_reason.remove(), ConnectionItem.auth_state.remove(),
+    ]
+    actions.append(ConnectionItem.oauth.set(oauth) if oauth is not None else ConnectionItem.oauth.remove())
+    if status == ACTIVE:
+        actions.append(ConnectionItem.connected_at.set(now))
+    return update_if(ConnectionItem(account_id=account_id, connection_id=connection_id), actions,
+                     ConnectionItem.connection_id.exists() & (ConnectionItem.auth_type == auth_type))
+
+
+def begin_authorization(account_id: str, connection_id: str, *, state_hash: str, session_hash: str,
+                        expires_at: datetime) -> bool:
+    """Remember the one pending authorization of a connection (a newer Connect replaces it)."""
+    return update_if(
+        ConnectionItem(account_id=account_id, connection_id=connection_id),
+        [ConnectionItem.auth_state.set(state_hash), ConnectionItem.auth_session.set(session_hash),
+         ConnectionItem.auth_expires_at.set(expires_at)],
+        ConnectionItem.connection_id.exists(),
+    )
+
+
+def take_authorization(account_id: str, connection_id: str, *, state_hash: str, session_hash: str,
+                       now: datetime) -> bool:
+    """Use up the pending authorization if it is this state, of this session, and unexpired:
+    one conditional write, so a state works once however many callbacks race."""
+    return update_if(
+        ConnectionItem(account_id=account_id, connection_id=connection_id),
+        [ConnectionItem.auth_state.remove(), ConnectionItem.auth_session.remove(),
+         ConnectionItem.auth_expires_at.remove()],
+        (ConnectionItem.auth_state == state_hash) & (ConnectionItem.auth_session == session_hash)
+        & (ConnectionItem.auth_expires_at > now) & (ConnectionItem.status != REVOKED),
+    )
+
+
+def connect(account_id: str, connection_id: str, *, token_ciphertext: bytes, expires_at: datetime | None,
+            now: datetime) -> bool:
+    """Store the tokens a person's authorization gave: the connection is active, whatever it was
+    (a reconnect in place), and its token version moves on so a refresh of older tokens loses."""
+    actions: list[Any] = [
+        ConnectionItem.token_ciphertext.set(token_ciphertext), ConnectionItem.token_version.add(1),
+        ConnectionItem.status.set(ACTIVE), ConnectionItem.status_reason.remove(), ConnectionItem.revoked_at.remove(),
+        ConnectionItem.connected_at.set(now),
+        ConnectionItem.token_expires_at.set(expires_at) if expires_at else ConnectionItem.token_expires_at.remove(),
+    ]
+    return update_if(ConnectionItem(account_id=account_id, connection_id=connection_id), actions,
+                     ConnectionItem.connection_id.exists())
+
+
+def save_tokens(account_id: str, connection_id: str, *, token_ciphertext: bytes, expires_at: datetime | None,
+                read_version: int) -> bool:
+    """Store refreshed tokens over the version they were refreshed from, while the connection is
+    active; False when another refresh (or a revocation, or a reconnect) came first."""
+    actions: list[Any] = [
+        ConnectionItem.token_ciphertext.set(token_ciphertext), ConnectionItem.token_version.set(read_version + 1),
+        ConnectionItem.token_expires_at.set(expires_at) if expires_at else ConnectionItem.token_expires_at.remove(),
+    ]
+    return update_if(ConnectionItem(account_id=account_id, connection_id=connection_id), actions,
+                     _at_version(read_version) & (ConnectionItem.status == ACTIVE))
+
+
+def mark_needs_reconnect(account_id: str, connection_id: str, *, reason: str, read_version: int | None = None,
+                         revision: int | None = None) -> bool:
+    """An active connection whose credential the vendor no longer takes needs a person; only if
+    nothing changed since it was read (another refresh, a new secret): False otherwise."""
+    condition = ConnectionItem.status == ACTIVE
+    if read_version is not None:
+        condition = condition & _at_version(read_version)
+    if revision is not None:
+        condition = condition & _at_revision(revision)
+    return update_if(ConnectionItem(account_id=account_id, connection_id=connection_id),
+                     [ConnectionItem.status.set(NEEDS_RECONNECT), ConnectionItem.status_reason.set(reason[:200])],
+                     condition)
+
+
+def recent_calls(account_id: str, connection_id: str, *, limit: int, cursor: str | None = None) -> Page:
+    """The calls through a connection, newest first (one Query of the sparse `by_connection` index)."""
+    return page(RunItem, connection_key(account_id, connection_id), index=RunItem.by_connection, limit=limit,
+                cursor=cursor, record=_call, scan_index_forward=False)
+
+
+def _at_version(version: int) -> Any:
+    # an item written before token versions existed has none: version 0
+    condition = ConnectionItem.token_version == version
+    return condition | ConnectionItem.token_version.does_not_exist() if version == 0 else condition
+
+
+def _at_revision(revision: int) -> Any:
+    condition = ConnectionItem.revision == revision
+    return condition | ConnectionItem.revision.does_not_exist() if revision == 0 else condition
+
+
+def _call(item: RunItem) -> Call:
+    return Call(run_id=item.run_id, agent_id=item.agent_id, vendor=item.vendor, name=item.name,
+                version=int(item.version), status=item.status, error_code=item.error_code,
+                dry_run=bool(item.dry_run), created_at=item.created_at, updated_at=item.updated_at)
 
 
 def _record(item: ConnectionItem) -> Connection:
     return Connection(
         connection_id=item.connection_id, account_id=item.account_id, vendor=item.vendor,
-        auth_type=item.auth_type, header_name=item.header_name, hosts=tuple(item.hosts or ()),
+        auth_type=item.auth_type, header_name=item.header_name or "", hosts=tuple(str(host) for host in item.hosts or ()),
         status=item.status, created_at=item.created_at, revoked_at=item.revoked_at,
-        ciphertext=bytes(item.ciphertext),
+        ciphertext=bytes(item.ciphertext), query_name=item.query_name or "", oauth=item.oauth,
+        revision=int(item.revision or 0), token_ciphertext=bytes(item.token_ciphertext or b""),
+        token_expires_at=item.token_expires_at, token_version=int(item.token_version or 0),
+        status_reason=item.status_reason, connected_at=item.connected_at,
     )

@@ -17,7 +17,9 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
   demotions, pins and unpins.
 - `runs`: one item per call, by run id; `by_agent` lists an agent's runs, the sparse
   `pending_by_account` lists what waits for a person.
-- `connections`: one partition per account; the secret is KMS ciphertext.
+- `connections`: one partition per account; the secret is KMS ciphertext. A connection's recent
+  calls are the runs table's sparse `by_connection` index (written with the run, so a call costs
+  no extra DynamoDB call for it).
 - `accounts`: the tenant, with a toolbox revision that warm instances compare against to keep
   their search index fresh; `admin-tokens`: token hash -> account, one GetItem per admin call.
   The same table keeps what proves a person or an OAuth client before any agent is involved:
@@ -463,6 +465,19 @@ class RunsToSweep(GlobalSecondaryIndex["RunItem"]):
     sweep_at = UTCDateTimeAttribute(range_key=True)
 
 
+class RunsByConnection(GlobalSecondaryIndex["RunItem"]):
+    """Sparse: only runs of tools with a connection carry `connection_key` (`<account>#<connection>`):
+    a connection's recent calls, newest first, in one Query. Summaries only: never the input or
+    the result."""
+
+    class Meta:
+        index_name = "by_connection"
+        projection = IncludeProjection([*RUN_SUMMARY, "agent_id", "error_code"])
+
+    connection_key = UnicodeAttribute(hash_key=True)
+    created_at = UTCDateTimeAttribute(range_key=True)
+
+
 class RunItem(Model):
     """One call of a tool, from start (or wait for approval) to its result."""
 
@@ -489,10 +504,13 @@ class RunItem(Model):
     sweep_shard = UnicodeAttribute(null=True)
     sweep_at = UTCDateTimeAttribute(null=True)
     unannounced = BooleanAttribute(null=True)  # ended after waiting on a person; the webhook not yet told
+    connection_key = UnicodeAttribute(null=True)  # `<account>#<connection>` for `by_connection`
+    error_code = UnicodeAttribute(null=True)  # a failed run's error code (what `by_connection` shows)
     ttl = TTLAttribute(null=True)  # runs are kept for WORKSET_RUN_RETENTION_DAYS
     by_agent = RunsByAgent()
     pending_by_account = PendingByAccount()
     to_sweep = RunsToSweep()
+    by_connection = RunsByConnection()
 
 
 class RunResultItem(Model):
@@ -508,19 +526,32 @@ class RunResultItem(Model):
 
 
 class ConnectionItem(Model):
-    """Credentials for one vendor; the secret is stored encrypted (KMS), never returned."""
+    """Credentials for one vendor; every secret is stored encrypted (KMS), never returned. An
+    authorization-code connection also holds its tokens (one ciphertext) and, while a person is
+    between Connect and the vendor's callback, a hash of the pending `state`."""
 
     Meta = _meta("connections")
     account_id = UnicodeAttribute(hash_key=True)
     connection_id = UnicodeAttribute(range_key=True)
     vendor = UnicodeAttribute()
     auth_type = UnicodeAttribute()
-    header_name = UnicodeAttribute()
+    header_name = UnicodeAttribute(null=True)  # none for a query credential
+    query_name = UnicodeAttribute(null=True)
+    oauth = JSONAttribute(null=True)  # token_url, client_id, scope, authorize_url: no secret
     ciphertext = BinaryAttribute(legacy_encoding=False)
     hosts = ListAttribute(of=UnicodeAttribute, default=list)
     status = UnicodeAttribute()
+    status_reason = UnicodeAttribute(null=True)
     created_at = UTCDateTimeAttribute()
     revoked_at = UTCDateTimeAttribute(null=True)
+    connected_at = UTCDateTimeAttribute(null=True)
+    revision = NumberAttribute(null=True)
+    token_ciphertext = BinaryAttribute(null=True, legacy_encoding=False)
+    token_expires_at = UTCDateTimeAttribute(null=True)
+    token_version = NumberAttribute(null=True)
+    auth_state = UnicodeAttribute(null=True)  # SHA-256 of the pending authorization's state
+    auth_session = UnicodeAttribute(null=True)  # SHA-256 of the console session that started it
+    auth_expires_at = UTCDateTimeAttribute(null=True)
 
 
 TABLES: tuple[type[Model], ...] = (
@@ -577,3 +608,8 @@ def change_sk(revision: int) -> str:
 def version_sk(vendor: str, name: str, version: int) -> str:
     """Range key of one version; zero-padded so versions sort numerically."""
     return f"{VERSION_PREFIX}{vendor}#{name}#{version:010d}"
+
+
+def connection_key(account_id: str, connection_id: str) -> str:
+    """The `by_connection` index key of a connection's runs."""
+    return f"{account_id}#{connection_id}"

@@ -248,6 +248,7 @@ class Run:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     decided_by: str | None = None
+    connection_id: str | None = None  # the connection whose credential the call carries
 
 
 @dataclass(frozen=True)
@@ -277,3 +278,11 @@ class Connection:
     created_at: datetime
     revoked_at: datetime | None = None
     ciphertext: bytes = field(default=b"", repr=False)
+    query_name: str = ""  # a `query` credential: the query parameter that carries it
+    oauth: dict[str, str] | None = None  # OAuth 2 settings: token_url, client_id, scope, authorize_url (no secret)
+    revision: int = 0  # moves on whenever the secret is replaced (a cached token of an older one is stale)
+    token_ciphertext: bytes = field(default=b"", repr=False)  # authorization code: access + refresh token
+    token_expires_at: datetime | None = None
+    token_version: int = 0  # moves on with every token change; a refresh writes only over the version it read
+    status_reason: str | None = None  # why it needs a reconnect (Workset's words, never the vendor's)
+    connected_at: datetime | None = None

@@ -31,6 +31,7 @@ from chalicelib.store.models import (
     RunItem,
     RunResultItem,
     approval_sk,
+    connection_key,
     promotion_sk,
     shard,
 )
@@ -97,6 +98,9 @@ def finish(run: Run, status: str, now: datetime, *, result: dict[str, Any] | Non
     else:
         actions += [RunItem.result.set(result)] if result is not None else []
         actions += [RunItem.error.set(error)] if error is not None else []
+    code = _error_code(error)
+    if code is not None:
+        actions.append(RunItem.error_code.set(code))  # what a connection's recent calls show
     condition = RunItem.status.is_in(RUNNING, EXPIRED) if after_expiry else RunItem.status == RUNNING
     return _end(run, actions, condition, now, announce=announce)
 
@@ -232,7 +236,15 @@ def _item(run: Run) -> RunItem:
         created_at=run.created_at, updated_at=run.updated_at, lease_expires_at=run.lease_expires_at,
         pending_account_id=run.account_id if run.status == AWAITING else None, ttl=_expiry(run),
         sweep_shard=shard(run.run_id, SHARDS), sweep_at=run.lease_expires_at,
+        connection_key=connection_key(run.account_id, run.connection_id) if run.connection_id else None,
     )
+
+
+def _error_code(error: dict[str, Any] | None) -> str | None:
+    """The code of a run's error (`{"error": {"code": ...}}`, as a tool result carries it)."""
+    inner = error.get("error", error) if isinstance(error, dict) else None
+    code = inner.get("code") if isinstance(inner, dict) else None
+    return code[:64] if isinstance(code, str) else None
 
 
 def _expiry(run: Run) -> datetime:
@@ -253,4 +265,5 @@ def _record(item: RunItem) -> Run:
         name=item.name, version=int(item.version), input=item.input or {}, status=item.status,
         created_at=item.created_at, updated_at=item.updated_at, lease_expires_at=item.lease_expires_at,
         dry_run=bool(item.dry_run), result=item.result, error=item.error, decided_by=item.decided_by,
+        connection_id=item.connection_key.partition("#")[2] if item.connection_key else None,
     )

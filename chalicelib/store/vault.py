@@ -1,5 +1,7 @@
 """Secrets at rest: KMS encryption with the account and connection as encryption context, so a
-ciphertext copied to another connection or account does not decrypt."""
+ciphertext copied to another connection or account does not decrypt. A `purpose` (a connection's
+tokens beside its secret) goes into the context's connection id, so one of a connection's
+ciphertexts does not decrypt as another either (the IAM policy admits exactly these two keys)."""
 
 from __future__ import annotations
 
@@ -16,23 +18,27 @@ def _kms() -> Any:
     return boto3.client("kms", region_name=settings().aws_region)
 
 
-def encrypt(secret: str, *, account_id: str, connection_id: str) -> bytes:
-    """Ciphertext of `secret`, bound to its account and connection."""
+def encrypt(secret: str, *, account_id: str, connection_id: str, purpose: str = "") -> bytes:
+    """Ciphertext of `secret`, bound to its account, connection and purpose."""
     answer = _kms().encrypt(
         KeyId=settings().kms_key_id,
         Plaintext=secret.encode(),
-        EncryptionContext={"account_id": account_id, "connection_id": connection_id},
+        EncryptionContext={"account_id": account_id, "connection_id": _context(connection_id, purpose)},
     )
     return answer["CiphertextBlob"]
 
 
-def decrypt(ciphertext: bytes, *, account_id: str, connection_id: str) -> str:
-    """The secret behind a ciphertext made by `encrypt` for the same account and connection."""
+def decrypt(ciphertext: bytes, *, account_id: str, connection_id: str, purpose: str = "") -> str:
+    """The secret behind a ciphertext made by `encrypt` for the same account, connection and purpose."""
     answer = _kms().decrypt(
         CiphertextBlob=ciphertext,
-        EncryptionContext={"account_id": account_id, "connection_id": connection_id},
+        EncryptionContext={"account_id": account_id, "connection_id": _context(connection_id, purpose)},
     )
     return answer["Plaintext"].decode()
+
+
+def _context(connection_id: str, purpose: str) -> str:
+    return f"{connection_id}#{purpose}" if purpose else connection_id
 
 
 def ensure_key() -> str:
