@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from chalice import Response
 
@@ -40,9 +40,9 @@ def add_connection(ctx: Ctx) -> Response:
 
 @bp.route(connections.CALLBACK_PATH, methods=["GET"], content_types=["application/json"])
 def oauth_callback() -> Response:
-    """The vendor sends the person back here with `code` and `state`. The console cookie is
-    SameSite=Strict, so a browser arriving from the vendor's site does not send it: the page then
-    reloads itself once from our own origin, which does."""
+    """The vendor sends the person back here with `code` and `state` (a top-level navigation, so
+    the SameSite=Lax console cookie comes along); the state is bound to the session that pressed
+    Connect."""
     request = bp.current_request
     now = utcnow()
     query = dict(request.query_params or {})
@@ -51,11 +51,8 @@ def oauth_callback() -> Response:
                       message="The vendor's answer is not text; nothing was changed. Press Connect again.")
     session = sessions.read(request.headers.get("cookie"), now)
     if session is None:
-        if query.get("resumed"):
-            return render("error.html", 403, signed_in=False, csrf="", title="Sign in first", message=(
-                "Connecting needs the console session that pressed Connect. Sign in, then press Connect again."))
-        again = f"{sessions.path_prefix()}{connections.CALLBACK_PATH}?{urlencode({**query, 'resumed': '1'})}"
-        return render("connect_resume.html", signed_in=False, csrf="", again=again)
+        return render("error.html", 403, signed_in=False, csrf="", title="Sign in first", message=(
+            "Connecting needs the console session that pressed Connect. Sign in, then press Connect again."))
     ctx = Ctx(session, now, params=query)
     try:
         connection = connections.complete_authorization(
@@ -116,17 +113,12 @@ def _page(ctx: Ctx, status: int = 200, *, error: str | None = None, values: dict
 def _connection_page(ctx: Ctx, connection_id: str, status: int = 200, *, error: str | None = None) -> Response:
     connection = connections.get(ctx.account_id, connection_id)
     calls = connections.recent_calls(ctx.account_id, connection_id, limit=RECENT_CALLS).items
-    response = ctx.render("connection.html", status, connection=connection, calls=calls, error=error,
-                          names=agent_names(ctx.account_id), done=ctx.params.get("done"),
-                          callback=connections.callback_url())
     origin = _origin((connection.oauth or {}).get("authorize_url", ""))
-    if origin:
-        # Connect is a form whose answer redirects to the vendor: browsers hold that redirect to
-        # the page's form-action, so the vendor's origin (and only it) is added.
-        policy = str(response.headers["Content-Security-Policy"])
-        response.headers["Content-Security-Policy"] = policy.replace("form-action 'self'",
-                                                                     f"form-action 'self' {origin}")
-    return response
+    # Connect is a form whose answer redirects to the vendor: browsers hold that redirect to the
+    # page's form-action, so the vendor's origin (and only it) is added
+    return ctx.render("connection.html", status, form_targets=(origin,) if origin else (), connection=connection,
+                      calls=calls, error=error, names=agent_names(ctx.account_id), done=ctx.params.get("done"),
+                      callback=connections.callback_url())
 
 
 def _origin(authorize_url: str) -> str:
