@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 # The environment must be fake before anything imports boto3, pynamodb or the settings.
 os.environ.pop("AWS_ENDPOINT_URL", None)
@@ -178,6 +180,44 @@ def other_admin(client: Client) -> Admin:
 
     _, token = accounts.create_account("globex", utcnow())
     return Admin(client, token)
+
+
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+@dataclass
+class Console:
+    """A browser's view of the console: its cookie jar (one session cookie) and CSRF token."""
+
+    client: Client
+    cookie: str = ""
+    csrf: str = ""
+
+    def get(self, path: str) -> Any:
+        return self.client.http.get(path, headers={"Cookie": self.cookie})
+
+    def post(self, path: str, fields: dict[str, Any] | None = None, *, csrf: str | None = None) -> Any:
+        body = urlencode({"csrf": self.csrf if csrf is None else csrf, **(fields or {})})
+        return self.client.http.post(path, headers={**FORM, "Cookie": self.cookie}, body=body)
+
+    def sign_in(self, token: str, next_path: str = "") -> Any:
+        form = self.client.http.get("/console/sign-in")
+        sign_in_cookie = form.headers["Set-Cookie"].split(";")[0]
+        body = urlencode({"csrf": CSRF.search(form.body.decode()).group(1), "token": token, "next": next_path})
+        answer = self.client.http.post("/console/sign-in", headers={**FORM, "Cookie": sign_in_cookie}, body=body)
+        if answer.status_code == 303:
+            self.cookie = answer.headers["Set-Cookie"].split(";")[0]
+            self.csrf = CSRF.search(self.get("/console/agents").body.decode()).group(1)
+        return answer
+
+
+@pytest.fixture
+def console(client: Client, admin: Admin) -> Console:
+    """A browser signed in to `admin`'s account."""
+    signed_in = Console(client)
+    assert signed_in.sign_in(admin.token).status_code == 303
+    return signed_in
 
 
 @dataclass

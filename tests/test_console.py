@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -15,37 +14,8 @@ from chalice.test import Client
 
 from chalicelib.clock import iso, utcnow
 from chalicelib.console import session as sessions
-from tests.conftest import Admin, Mcp, Vendor
+from tests.conftest import FORM, Admin, Console, Mcp, Vendor
 from tests.test_approvals import ORDER, write_tool  # noqa: F401 - the write tool fixture, shared
-
-FORM = {"Content-Type": "application/x-www-form-urlencoded"}
-CSRF = re.compile(r'name="csrf" value="([^"]+)"')
-
-
-@dataclass
-class Console:
-    """A browser's view of the console: its cookie jar (one session cookie) and CSRF token."""
-
-    client: Client
-    cookie: str = ""
-    csrf: str = ""
-
-    def get(self, path: str) -> Any:
-        return self.client.http.get(path, headers={"Cookie": self.cookie})
-
-    def post(self, path: str, fields: dict[str, Any] | None = None, *, csrf: str | None = None) -> Any:
-        body = urlencode({"csrf": self.csrf if csrf is None else csrf, **(fields or {})})
-        return self.client.http.post(path, headers={**FORM, "Cookie": self.cookie}, body=body)
-
-    def sign_in(self, token: str, next_path: str = "") -> Any:
-        form = self.client.http.get("/console/sign-in")
-        sign_in_cookie = form.headers["Set-Cookie"].split(";")[0]
-        body = urlencode({"csrf": CSRF.search(form.body.decode()).group(1), "token": token, "next": next_path})
-        answer = self.client.http.post("/console/sign-in", headers={**FORM, "Cookie": sign_in_cookie}, body=body)
-        if answer.status_code == 303:
-            self.cookie = answer.headers["Set-Cookie"].split(";")[0]
-            self.csrf = CSRF.search(self.get("/console/agents").body.decode()).group(1)
-        return answer
 
 
 def text(response: Any) -> str:
@@ -55,13 +25,6 @@ def text(response: Any) -> str:
 def rows(page: str, attribute: str) -> list[str]:
     """The values of `data-<attribute>` on the page, in page order."""
     return re.findall(rf'data-{attribute}="([^"]+)"', page)
-
-
-@pytest.fixture
-def console(client: Client, admin: Admin) -> Console:
-    signed_in = Console(client)
-    assert signed_in.sign_in(admin.token).status_code == 303
-    return signed_in
 
 
 # --- sessions and sign-in -------------------------------------------------------------------------

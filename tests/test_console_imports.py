@@ -48,14 +48,6 @@ FORM = {"vendor": "pets", "document": DOCUMENT, "exclude": "deletePet"}
 CHECKED = re.compile(r'name="checked" value="([0-9a-f]{64})"')
 
 
-@pytest.fixture(name="console")
-def console_fixture(client: Client, admin: Admin) -> Console:
-    """A browser signed in to `admin`'s account."""
-    signed_in = Console(client)
-    assert signed_in.sign_in(admin.token).status_code == 303
-    return signed_in
-
-
 @pytest.fixture(autouse=True)
 def no_sessions() -> Iterator[None]:
     """Each test negotiates with the MCP server afresh."""

@@ -6,21 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pytest
-from chalice.test import Client
-
 from tests.conftest import Admin, Mcp, Vendor
 from tests.test_console import Console, rows, text
 
 TOOL = {"vendor": "shop", "name": "orders"}
-
-
-@pytest.fixture(name="console")
-def console_fixture(client: Client, admin: Admin) -> Console:
-    """A browser signed in to the admin's account (as tests/test_console.py's)."""
-    signed_in = Console(client)
-    assert signed_in.sign_in(admin.token).status_code == 303
-    return signed_in
 
 
 def publish(admin: Admin, vendor: Vendor, *names: str) -> None:

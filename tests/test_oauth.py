@@ -21,21 +21,13 @@ from chalice.test import Client
 
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
-from tests.conftest import Admin, log_lines
-from tests.test_console import FORM, Console, rows, text
+from tests.conftest import FORM, Admin, Console, log_lines
+from tests.test_console import rows, text
 
 REDIRECT = "https://chat.example/oauth/callback"
 MCP_INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
 LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
-
-
-@pytest.fixture(name="console")
-def console_fixture(client: Client, admin: Admin) -> Console:
-    """A browser signed in to the admin's account (as tests/test_console.py's)."""
-    signed_in = Console(client)
-    assert signed_in.sign_in(admin.token).status_code == 303
-    return signed_in
 
 
 @dataclass

@@ -35,13 +35,6 @@ def cursor_of(key: Any) -> str:
 lines = log_lines
 
 
-@pytest.fixture
-def console(client: Client, admin: Admin) -> Console:
-    signed_in = Console(client)
-    assert signed_in.sign_in(admin.token).status_code == 303
-    return signed_in
-
-
 def _account_id(admin: Admin) -> str:
     return accounts.authenticate_admin(admin.token)
 

@@ -563,15 +563,6 @@ def test_a_running_run_is_never_seen_expired_while_the_vendor_is_slow(admin: Adm
 # The console's side of 1, 13 and 16 ---------------------------------------------------------------
 
 
-@pytest.fixture
-def console(client: Client, admin: Admin) -> Any:
-    from tests.test_console import Console
-
-    signed_in = Console(client)
-    assert signed_in.sign_in(admin.token).status_code == 303
-    return signed_in
-
-
 def test_the_approval_page_shows_what_changed_since_the_approved_version(admin: Admin, console: Any, mcp: Mcp,
                                                                         vendor: Vendor) -> None:
     admin.publish(**_write_tool(vendor))

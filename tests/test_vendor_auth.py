@@ -30,14 +30,6 @@ PASSWORD = "pa55-w0rd-very-secret"
 QUERY_KEY = "qk secret/+&=value-0123456789"  # needs URL encoding in every form
 
 
-@pytest.fixture
-def console(client: Client, admin: Admin) -> Console:
-    """A browser signed in to the console (its cookie and CSRF token)."""
-    signed_in = Console(client)
-    assert signed_in.sign_in(admin.token).status_code == 303
-    return signed_in
-
-
 # --- fake servers ---------------------------------------------------------------------------------
 
 

@@ -35,8 +35,8 @@ def agent(record: Agent) -> dict[str, Any]:
         "webhook_url": record.webhook_url,
         "connections": "all" if record.connection_scope is None else list(record.connection_scope),
         "created_at": iso(record.created_at),
-        "revoked_at": iso(record.revoked_at) if record.revoked_at else None,
-        "archived_at": iso(record.archived_at) if record.archived_at else None,
+        "revoked_at": iso(record.revoked_at),
+        "archived_at": iso(record.archived_at),
     }
 
 
@@ -50,8 +50,8 @@ def grant(record: Grant) -> dict[str, Any]:
         "resource": record.resource,
         "created_at": iso(record.created_at),
         "consented_by": record.consented_by,
-        "refreshed_at": iso(record.refreshed_at) if record.refreshed_at else None,
-        "revoked_at": iso(record.revoked_at) if record.revoked_at else None,
+        "refreshed_at": iso(record.refreshed_at),
+        "revoked_at": iso(record.revoked_at),
     }
 
 
@@ -117,7 +117,7 @@ def upstream(record: Upstream) -> dict[str, Any]:
         "connection": record.connection_id,
         "revision": record.revision,
         "created_at": iso(record.created_at),
-        "synced_at": iso(record.synced_at) if record.synced_at else None,
+        "synced_at": iso(record.synced_at),
         "last_sync": record.sync,
     }
 
