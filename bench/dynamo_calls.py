@@ -130,7 +130,7 @@ class _OAuthClient:
         import json
         from urllib.parse import parse_qs, urlsplit
 
-        from chalicelib import oauth
+        from chalicelib.oauth import authorization
         from chalicelib.clock import utcnow
         from chalicelib.config import settings
 
@@ -139,10 +139,10 @@ class _OAuthClient:
             {"redirect_uris": [self.REDIRECT], "token_endpoint_auth_method": "none"}))
         self.client_id = json.loads(registered.body)["client_id"]
         challenge = base64.urlsafe_b64encode(hashlib.sha256(self.verifier.encode()).digest()).decode().rstrip("=")
-        pending = oauth.check_request({"response_type": "code", "client_id": self.client_id, "redirect_uri": self.REDIRECT,
+        pending = authorization.check_request({"response_type": "code", "client_id": self.client_id, "redirect_uri": self.REDIRECT,
                                        "code_challenge": challenge, "code_challenge_method": "S256",
                                        "resource": settings().mcp_url}, utcnow())
-        location = oauth.consent(pending, account_id, agent_id, actor="admin", now=utcnow())
+        location = authorization.consent(pending, account_id, agent_id, actor="admin", now=utcnow())
         self.code = parse_qs(urlsplit(location).query)["code"][0]
         self.access = self.refresh_token = ""
 

@@ -1,4 +1,4 @@
-"""Workset as an OAuth 2.1 authorization server for `/mcp` (chalicelib/oauth.py): discovery,
+"""Workset as an OAuth 2.1 authorization server for `/mcp` (chalicelib/oauth/): discovery,
 registration, consent in the console, codes, tokens, refresh rotation, revocation; and the agent
 lifecycle (rotate a key, revoke, archive). Driven through Chalice's test client; the end-to-end
 flow with the MCP SDK's own OAuth client is tests/e2e/test_oauth_client.py."""

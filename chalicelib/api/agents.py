@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import accounts, oauth, runs, workingset
+from chalicelib import accounts, runs, workingset
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, body, limit, query, tool_ref
 from chalicelib.clock import utcnow
 from chalicelib.errors import InvalidInput
+from chalicelib.oauth import tokens
 from chalicelib.store import history as history_store
 from chalicelib.workingset import Cause, PromotedBy
 
@@ -55,12 +56,12 @@ def archive_agent(account_id: str, agent_id: str) -> dict[str, Any]:
 
 @admin_route("/v1/agents/{agent_id}/grants", "GET")
 def grants(account_id: str, agent_id: str) -> dict[str, Any]:
-    return {"items": [shapes.grant(grant) for grant in oauth.grants(account_id, agent_id)], "next": None}
+    return {"items": [shapes.grant(grant) for grant in tokens.grants(account_id, agent_id)], "next": None}
 
 
 @admin_route("/v1/agents/{agent_id}/grants/{grant_id}", "DELETE")
 def revoke_grant(account_id: str, agent_id: str, grant_id: str) -> dict[str, Any]:
-    return shapes.grant(oauth.revoke_grant(account_id, agent_id, grant_id, utcnow()))
+    return shapes.grant(tokens.revoke_grant(account_id, agent_id, grant_id, utcnow()))
 
 
 @admin_route("/v1/agents/{agent_id}/working-set", "GET")

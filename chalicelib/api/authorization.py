@@ -1,4 +1,4 @@
-"""The OAuth edge (see `chalicelib/oauth.py`): discovery documents, client registration, the token
+"""The OAuth edge (see `chalicelib/oauth/`): discovery documents, client registration, the token
 and revocation endpoints. Public routes: each authenticates what it must itself. Errors are
 OAuth's own JSON (`error`, `error_description`); nothing here is cached, and no token or secret
 reaches a log line (the request line names the route and the status only)."""
@@ -11,10 +11,10 @@ from urllib.parse import parse_qs
 
 from chalice import Response
 
-from chalicelib import jsontext, oauth
+from chalicelib import jsontext
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
-from chalicelib.oauth import OAuthError
+from chalicelib.oauth import OAuthError, clients, discovery, tokens
 from chalicelib.responses import GuardedBlueprint, json_response
 
 
@@ -32,33 +32,33 @@ DISCOVERY = {"Cache-Control": "public, max-age=3600", "Access-Control-Allow-Orig
 
 @bp.route("/.well-known/oauth-protected-resource", methods=["GET"])
 def resource_metadata() -> Response:
-    return json_response(200, oauth.protected_resource_metadata(), DISCOVERY)
+    return json_response(200, discovery.protected_resource_metadata(), DISCOVERY)
 
 
 @bp.route("/.well-known/oauth-protected-resource/mcp", methods=["GET"])
 def mcp_resource_metadata() -> Response:
-    return json_response(200, oauth.protected_resource_metadata(), DISCOVERY)
+    return json_response(200, discovery.protected_resource_metadata(), DISCOVERY)
 
 
 @bp.route("/.well-known/oauth-authorization-server", methods=["GET"])
 def server_metadata() -> Response:
-    return json_response(200, oauth.server_metadata(), DISCOVERY)
+    return json_response(200, discovery.server_metadata(), DISCOVERY)
 
 
 @bp.route("/oauth/register", methods=["POST"], content_types=["application/json"])
 def register() -> Response:
-    return _answer(lambda: (201, oauth.register(_json_body(), utcnow())))
+    return _answer(lambda: (201, clients.register(_json_body(), utcnow())))
 
 
 @bp.route("/oauth/token", methods=["POST"], content_types=FORM)
 def token() -> Response:
-    return _answer(lambda: (200, oauth.token(_form(), _authorization(), utcnow())))
+    return _answer(lambda: (200, tokens.token(_form(), _authorization(), utcnow())))
 
 
 @bp.route("/oauth/revoke", methods=["POST"], content_types=FORM)
 def revoke() -> Response:
     def revoked() -> tuple[int, Any]:
-        oauth.revoke(_form(), _authorization(), utcnow())
+        tokens.revoke(_form(), _authorization(), utcnow())
         return 200, {}
 
     return _answer(revoked)

@@ -10,12 +10,13 @@ from typing import Any
 
 from chalice import Response
 
-from chalicelib import accounts, connections, oauth, runs, toolbox, workingset
+from chalicelib import accounts, connections, runs, toolbox, workingset
 from chalicelib.config import settings
 from chalicelib.console import present
 from chalicelib.console.common import ALL_PAGE, PAGE_SIZE, Ctx, action, every, page, redirect
 from chalicelib.errors import InvalidInput, PinLimit
 from chalicelib.mcp.metatools import META_TOOLS
+from chalicelib.oauth import tokens
 from chalicelib.store import history as history_store
 from chalicelib.store.records import Agent, AgentState, Promotion, Run
 from chalicelib.toolbox import Tool
@@ -148,7 +149,7 @@ def archive_agent(ctx: Ctx, agent_id: str) -> Response:
 
 @action("/console/agents/{agent_id}/grants/revoke")
 def revoke_grant(ctx: Ctx, agent_id: str) -> Response:
-    grant = oauth.revoke_grant(ctx.account_id, agent_id, ctx.form.get("grant", ""), ctx.now)
+    grant = tokens.revoke_grant(ctx.account_id, agent_id, ctx.form.get("grant", ""), ctx.now)
     return redirect(f"/console/agents/{agent_id}", done="grant_revoked", client=grant.client_name)
 
 

@@ -1,5 +1,5 @@
 """The OAuth consent page: where a chat product sends the person to connect (the authorization
-endpoint of `chalicelib/oauth.py`). The person, signed in, sees which application asks and where
+endpoint of `chalicelib/oauth/`). The person, signed in, sees which application asks and where
 the answer goes, picks one of their agents or creates one, and approves or declines; the browser
 then goes back to the application with a code, or with `access_denied`."""
 
@@ -9,10 +9,11 @@ from collections.abc import Callable
 
 from chalice import Response
 
-from chalicelib import accounts, oauth
+from chalicelib import accounts
 from chalicelib.console.agents import RANGES, settings_payload
 from chalicelib.console.common import ALL_PAGE, Ctx, action, every, leave, page
 from chalicelib.errors import InvalidInput
+from chalicelib.oauth import authorization
 
 # the authorization request's parameters, carried from the page to its form
 REQUEST_FIELDS = ("response_type", "client_id", "redirect_uri", "state", "code_challenge", "code_challenge_method",
@@ -31,31 +32,31 @@ def consent(ctx: Ctx) -> Response:
     return _checked(ctx, request, lambda pending: _decide(ctx, pending))
 
 
-def _checked(ctx: Ctx, request: dict[str, str], then: Callable[[oauth.Pending], Response]) -> Response:
+def _checked(ctx: Ctx, request: dict[str, str], then: Callable[[authorization.Pending], Response]) -> Response:
     """The request checked again on every step (the form's hidden fields are the browser's to edit)."""
     try:
-        pending = oauth.check_request(request, ctx.now)
-    except oauth.UnsafeRequest as unsafe:
+        pending = authorization.check_request(request, ctx.now)
+    except authorization.UnsafeRequest as unsafe:
         return ctx.render("error.html", 400, title="Cannot connect this application", message=str(unsafe))
-    except oauth.Redirected as refused:
+    except authorization.Redirected as refused:
         return leave(refused.location)
     return then(pending)
 
 
-def _decide(ctx: Ctx, pending: oauth.Pending) -> Response:
+def _decide(ctx: Ctx, pending: authorization.Pending) -> Response:
     if ctx.form.get("decision") != "approve":
-        return leave(oauth.refusal(pending))
+        return leave(authorization.refusal(pending))
     chosen = ctx.form.get("agent", "")
     try:
         if chosen == NEW_AGENT:
             chosen = accounts.create_agent(ctx.account_id, settings_payload(ctx.form), ctx.now).agent.agent_id
-        location = oauth.consent(pending, ctx.account_id, chosen, actor=accounts.ADMIN, now=ctx.now)
-    except (InvalidInput, oauth.UnsafeRequest) as error:
+        location = authorization.consent(pending, ctx.account_id, chosen, actor=accounts.ADMIN, now=ctx.now)
+    except (InvalidInput, authorization.UnsafeRequest) as error:
         return _page(ctx, pending, 400, error=str(getattr(error, "message", error)))
     return leave(location)
 
 
-def _page(ctx: Ctx, pending: oauth.Pending, status: int = 200, *, error: str | None = None) -> Response:
+def _page(ctx: Ctx, pending: authorization.Pending, status: int = 200, *, error: str | None = None) -> Response:
     agents = [agent for agent in every(lambda cursor: accounts.list_agents(ctx.account_id, limit=ALL_PAGE,
                                                                            cursor=cursor))
               if not agent.revoked]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chalicelib import accounts, log, oauth, runs, vendor, workingset
+from chalicelib import accounts, log, runs, vendor, workingset
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
@@ -22,6 +22,7 @@ from chalicelib.mcp.protocol import (
     ProtocolError,
     Request,
 )
+from chalicelib.oauth import discovery
 from chalicelib.store import outbox
 from chalicelib.store.records import AgentState
 from chalicelib.vendor import Outcome
@@ -69,7 +70,7 @@ def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = Non
     except WorksetError as error:
         # RFC 9728 5.1: the challenge names the resource metadata, which names the authorization
         # server; RFC 6750 3.1: `invalid_token` only when a token was sent
-        challenge = oauth.challenge() + (', error="invalid_token"' if presented else "")
+        challenge = discovery.challenge() + (', error="invalid_token"' if presented else "")
         return HttpAnswer(401, protocol.error_body(None, ProtocolError(-32001, error.message)),
                           {"WWW-Authenticate": challenge})
     request_id, modern = None, False

@@ -1,0 +1,150 @@
+"""The authorization request a person answers on the console's consent page, and the code their
+approval mints: single-use, five minutes, bound to the client, the redirect URI (exact, or a
+loopback one on any port), the PKCE S256 challenge and the `/mcp` resource (RFC 8707). The answer
+goes back to the client with the issuer as `iss` (RFC 9207)."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from chalicelib import accounts
+from chalicelib.accounts import hash_token
+from chalicelib.config import settings
+from chalicelib.oauth.discovery import SCOPE, issuer
+from chalicelib.store import oauth as oauth_store
+from chalicelib.store.records import AuthorizationCode, OAuthClient
+
+CODE_PREFIX = "wsc_"
+CODE_LIFETIME = timedelta(minutes=5)
+CODE_KEPT = timedelta(days=1)  # a redeemed code is remembered this long, so its replay revokes the grant
+ACCEPTED_SCOPES = frozenset({SCOPE, "offline_access"})  # offline_access is implied (refresh tokens always)
+PKCE = re.compile(r"[A-Za-z0-9._~-]{43,128}")  # RFC 7636 4.1 (verifier) and an S256 challenge's alphabet
+_STATE = re.compile(r"[\x20-\x7e]{1,500}")
+
+
+class UnsafeRequest(Exception):
+    """An authorization request whose client or redirect URI cannot be trusted: the person is told,
+    and nothing is sent to the redirect URI (RFC 6749 4.1.2.1)."""
+
+
+class Redirected(Exception):
+    """An authorization request refused in a way the client must hear: at its redirect URI."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A checked authorization request, waiting for a person's answer."""
+
+    client: OAuthClient
+    redirect_uri: str
+    code_challenge: str
+    scope: str
+    resource: str
+    state: str | None
+
+    @property
+    def redirect_host(self) -> str:
+        """Where the answer goes, as the consent page shows it."""
+        return urlsplit(self.redirect_uri).netloc
+
+    @property
+    def redirect_origin(self) -> str:
+        """The redirect URI's origin (the consent form may send the browser there)."""
+        parts = urlsplit(self.redirect_uri)
+        return f"{parts.scheme}://{parts.netloc}"
+
+    def answer(self, **params: str) -> str:
+        """The redirect URI carrying `params`, the state and the issuer."""
+        extra = {**params, **({"state": self.state} if self.state is not None else {}), "iss": issuer()}
+        separator = "&" if urlsplit(self.redirect_uri).query else "?"
+        return f"{self.redirect_uri}{separator}{urlencode(extra)}"
+
+
+def check_request(params: dict[str, str], now: datetime) -> Pending:
+    """The authorization request in `params` (the query of `/console/oauth/authorize`), checked.
+
+    Raises UnsafeRequest for an unknown client or a redirect URI it did not register (the person
+    is told; nothing goes to the URI), and Redirected for every other fault (the client is told).
+    """
+    client = oauth_store.get_client(params.get("client_id", ""), now)
+    if client is None:
+        raise UnsafeRequest("This application is not registered with Workset (or its registration expired). "
+                            "Connect it again from the application.")
+    redirect_uri = params.get("redirect_uri") or (client.redirect_uris[0] if len(client.redirect_uris) == 1 else "")
+    if not _registered(client, redirect_uri):
+        raise UnsafeRequest(f"{client.client_name} asked to send the answer to an address it did not register. "
+                            "Nothing was sent there.")
+    state = params.get("state")
+    pending = Pending(client, redirect_uri, params.get("code_challenge", ""), granted_scope(params.get("scope")),
+                      params.get("resource") or settings().mcp_url, state if state and _STATE.fullmatch(state) else None)
+    if state and pending.state is None:
+        raise Redirected(pending.answer(error="invalid_request", error_description="state is not printable ASCII"))
+    faults = _faults(params, pending)
+    if faults:
+        error, description = faults[0]
+        raise Redirected(pending.answer(error=error, error_description=description))
+    return pending
+
+
+def _faults(params: dict[str, str], pending: Pending) -> list[tuple[str, str]]:
+    faults = []
+    if params.get("response_type") != "code":
+        faults.append(("unsupported_response_type", "response_type must be code"))
+    if params.get("code_challenge_method") != "S256" or not PKCE.fullmatch(pending.code_challenge):
+        faults.append(("invalid_request", "PKCE is required: code_challenge with code_challenge_method S256"))
+    if not pending.scope:
+        faults.append(("invalid_scope", f"the scope this server grants is {SCOPE!r}"))
+    if pending.resource != settings().mcp_url:
+        faults.append(("invalid_target", f"the resource this server grants is {settings().mcp_url}"))
+    return faults
+
+
+def granted_scope(requested: str | None) -> str:
+    """The scope granted: `mcp`, whatever subset of the accepted scopes was asked; "" for any other."""
+    asked = set((requested or SCOPE).split())
+    return SCOPE if asked and asked <= ACCEPTED_SCOPES else ""
+
+
+def _registered(client: OAuthClient, redirect_uri: str) -> bool:
+    """Exact match with a registered URI; for loopback http, any port (RFC 8252 7.3)."""
+    if redirect_uri in client.redirect_uris:
+        return True
+    try:
+        asked = urlsplit(redirect_uri)
+        return asked.scheme == "http" and (asked.hostname or "") in {"localhost", "127.0.0.1", "::1"} and any(
+            _without_port(asked) == _without_port(urlsplit(known)) for known in client.redirect_uris)
+    except ValueError:
+        return False
+
+
+def _without_port(parts: Any) -> tuple[str, str, str, str]:
+    return parts.scheme, parts.hostname or "", parts.path, parts.query
+
+
+def consent(pending: Pending, account_id: str, agent_id: str, *, actor: str, now: datetime) -> str:
+    """The person's approval, for one of their account's agents: answer the redirect carrying a
+    new code."""
+    state = accounts.get_state(account_id, agent_id)
+    if state.agent.revoked:
+        raise UnsafeRequest(f"Agent {state.agent.name} is revoked; choose another agent or create one.")
+    code = f"{CODE_PREFIX}{secrets.token_urlsafe(32)}"
+    oauth_store.put_code(hash_token(code), AuthorizationCode(
+        client_id=pending.client.client_id, redirect_uri=pending.redirect_uri, code_challenge=pending.code_challenge,
+        resource=pending.resource, scope=pending.scope, account_id=account_id, agent_id=agent_id,
+        grant_id=secrets.token_hex(8), consented_by=actor, expires_at=now + CODE_LIFETIME), forget_at=now + CODE_KEPT)
+    oauth_store.keep_client(pending.client.client_id)
+    return pending.answer(code=code)
+
+
+def refusal(pending: Pending) -> str:
+    """The redirect that tells the client the person said no."""
+    return pending.answer(error="access_denied", error_description="the person declined")
