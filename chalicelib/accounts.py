@@ -12,9 +12,9 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from chalicelib import hosts, log, notify, outbound
 from chalicelib.clock import utcnow
@@ -56,21 +56,14 @@ class AgentSettings(BaseModel):
     connections: Literal["all"] | list[Annotated[str, Field(pattern=r"^cn[0-9a-f]{1,32}$")]] | None = Field(
         default=None, max_length=100)
 
-    @field_validator("webhook_url")
-    @classmethod
-    def _reachable(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                outbound.check_destination(value, allow_private=settings().allow_private_network)
-            except WorksetError as error:
-                raise ValueError(error.message) from None
-        return value
-
 
 class NewAgent(AgentSettings):
     """Creating an agent: a name is required."""
 
     name: str = Field(min_length=1, max_length=100)
+
+
+S = TypeVar("S", bound=AgentSettings)
 
 
 def hash_token(token: str) -> str:
@@ -125,7 +118,7 @@ class Created:
 def create_agent(account_id: str, payload: Any, now: datetime) -> Created:
     """A new agent with the given settings (defaults filled), its API key and, with a webhook,
     the webhook's signing secret (both shown only here)."""
-    request = parse(NewAgent, payload)
+    request = _settings(NewAgent, payload)
     agent_id = f"{AGENT_ID_PREFIX}{secrets.token_hex(8)}"
     agent = Agent(
         agent_id=agent_id,
@@ -187,7 +180,7 @@ def archive_agent(account_id: str, agent_id: str, now: datetime) -> Agent:
 def update_agent(account_id: str, agent_id: str, payload: Any) -> Created:
     """Change name, cap, idle window or webhook; the sweep applies new limits on its next run.
     The first webhook an agent gets comes with a new signing secret (shown only here)."""
-    request = parse(AgentSettings, payload)
+    request = _settings(AgentSettings, payload)
     changes = request.model_dump(exclude_none=True, exclude={"connections"})
     state = get_state(account_id, agent_id)
     if request.connections is not None:
@@ -235,6 +228,18 @@ def set_allowed_hosts(account_id: str, payload: Any) -> tuple[str, ...]:
 def end_console_sessions(account_id: str) -> None:
     """End every console session of the account (every browser signs in again)."""
     session_store.end_all_sessions(account_id)
+
+
+def _settings(model: type[S], payload: Any) -> S:
+    """Agent settings read from `payload`; a webhook URL must be one Workset may call (checked
+    here, apart from the model: it resolves the host)."""
+    request = parse(model, payload)
+    if request.webhook_url is not None:
+        try:
+            outbound.check_destination(request.webhook_url, allow_private=settings().allow_private_network)
+        except WorksetError as error:
+            raise InvalidInput(f"webhook_url: {error.message}", field="webhook_url") from None
+    return request
 
 
 def _connection_scope(account_id: str, scope: str | list[str]) -> list[str] | None:

@@ -51,7 +51,7 @@ from chalicelib.errors import (
 from chalicelib.store import connections as connection_store
 from chalicelib.store import vault
 from chalicelib.store.records import Connection, Page
-from chalicelib.validation import parse
+from chalicelib.validation import NAME_PATTERN, parse
 from chalicelib.vendor_tokens import TokenRefused, Tokens
 
 CALLBACK_PATH = "/console/connections/callback"
@@ -74,7 +74,7 @@ class NewConnection(BaseModel):
     an OAuth token_url must be one of them too."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    vendor: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,30}$")
+    vendor: str = Field(pattern=NAME_PATTERN)
     auth: AnyAuth
     hosts: list[Annotated[str, AfterValidator(allowed_hosts.checked_entry)]] = Field(default_factory=list,
                                                                                      max_length=20)

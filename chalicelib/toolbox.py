@@ -28,9 +28,8 @@ from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed
 from chalicelib.store.records import AgentState, Page, ToolVersion
 from chalicelib.store.tools import NewVersion
-from chalicelib.validation import parse
+from chalicelib.validation import NAME_PATTERN, parse
 
-NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,30}$"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 MCP_METHOD = "tools/call"  # the request shape's method for an MCP server's tool
 PUBLISH_ATTEMPTS = 3

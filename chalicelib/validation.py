@@ -10,6 +10,8 @@ from pydantic import BaseModel, ValidationError
 from chalicelib.errors import InvalidInput
 
 M = TypeVar("M", bound=BaseModel)
+# a vendor or tool name: `vendor__name` is then a valid MCP tool name under 64 characters
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,30}$"
 MESSAGE_CHARS = 300
 
 
