@@ -209,7 +209,7 @@ def _dimension(value: Any) -> str:
 def _message(error: BaseException) -> str:
     try:
         text = str(error)
-    except Exception:  # an exception whose __str__ fails must not take the log line with it
+    except Exception:  # noqa: BLE001 - an exception whose __str__ fails must not take the log line with it
         text = "(the message could not be read)"
     return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Self
 from urllib.parse import urlsplit
 
 from chalicelib.errors import ForbiddenDestination, VendorError, VendorTimeout
@@ -61,7 +62,7 @@ class HttpResponse:
 def system_resolver(host: str, port: int) -> list[str]:
     """The addresses the operating system resolves `host` to."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(info[4][0] for info in infos))
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 def _judged(address: str) -> list[IPAddress]:
@@ -196,7 +197,7 @@ class _Deadline:
         self._watchdog = threading.Timer(seconds, self._expire)
         self._watchdog.daemon = True
 
-    def __enter__(self) -> _Deadline:
+    def __enter__(self) -> Self:
         self._watchdog.start()
         return self
 

@@ -55,7 +55,7 @@ class GuardedBlueprint(Blueprint):
                     try:
                         response = view(**params)
                         outcome = None
-                    except Exception as error:
+                    except Exception as error:  # noqa: BLE001 - the guard: whatever a view raises is answered
                         response, outcome = self._crashed(error, path, request_id), "crashed"
                     self._log_request(path, response, outcome, started)
                     return response
@@ -78,7 +78,7 @@ class GuardedBlueprint(Blueprint):
         log.failure(f"{self._edge}.internal_error", error, request_id=request_id, method=request.method, route=route)
         try:
             return self._on_crash(request_id)
-        except Exception as again:  # the edge's own error page failed: still answer, still log
+        except Exception as again:  # noqa: BLE001 - the edge's own error page failed: still answer, still log
             log.failure(f"{self._edge}.internal_error", again, request_id=request_id, during="crash answer")
             return json_response(500, internal_error(request_id))
 

@@ -194,7 +194,7 @@ def _resolve(schema: dict[str, Any], ref: Any, path: Path) -> tuple[Path, Any]:
             raise ValueError(f"$ref {_shown(ref)} {_at(path)} does not resolve inside this schema")
         node, target = node[key], (*target, key)
     if not isinstance(node, dict | bool):
-        raise ValueError(f"$ref {_shown(ref)} {_at(path)} does not point at a schema")
+        raise ValueError(f"$ref {_shown(ref)} {_at(path)} does not point at a schema")  # noqa: TRY004 - a bad document
     return target, node
 
 
@@ -202,10 +202,10 @@ def _check_cycles(in_place: dict[Path, list[Path]]) -> None:
     """Refuse a cycle of in-place edges (the validator would recurse forever on any input), and
     in-place fan-out past MAX_EXPANSION (allOf: [$ref a, $ref a] nested doubles at each level)."""
     expansion: dict[Path, int] = {}  # subschemas applied to one value from here, itself included
-    for start in in_place:
+    for start, edges in in_place.items():
         if start in expansion:
             continue
-        stack, open_ = [(start, iter(in_place[start]))], {start}
+        stack, open_ = [(start, iter(edges))], {start}
         while stack:
             path, children = stack[-1]
             child = next(children, None)

@@ -21,7 +21,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 from chalicelib.config import settings
@@ -73,7 +73,7 @@ def issue(account_id: str, now: datetime) -> tuple[Session, str]:
     payload = f"{session.account_id}.{session.expires}.{session.session_id}"
     value = f"{payload}.{_mac('session', payload)}"
     session_store.create_session(_stored_hash(session.session_id), account_id, now,
-                                 datetime.fromtimestamp(session.expires, timezone.utc))
+                                 datetime.fromtimestamp(session.expires, UTC))
     return session, set_cookie(SESSION_COOKIE, value, LIFETIME)
 
 

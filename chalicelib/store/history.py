@@ -10,7 +10,6 @@ from chalicelib.store.base import page
 from chalicelib.store.models import HistoryItem
 from chalicelib.store.records import HistoryEvent, Page
 
-
 _sequence = itertools.count()  # orders events of one process that share a time (one sweep's demotions)
 
 

@@ -33,6 +33,7 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 from pynamodb.attributes import (
     BinaryAttribute,
@@ -65,7 +66,15 @@ UPSTREAM_PREFIX = "U#"
 CHANGE_PREFIX = "C#"
 
 
-def _meta(table: str) -> type:
+def _strings(**options: Any) -> ListAttribute[str]:
+    """A list of strings. (pynamodb types a list `of=UnicodeAttribute` as a list of attributes; what
+    reads and writes hold is str.)"""
+    return ListAttribute(of=UnicodeAttribute, **options)  # type: ignore[arg-type]
+
+
+def _meta(table: str) -> Any:
+    """The Meta class of a model of `table` (pynamodb types `Model.Meta` as an instance of its
+    protocol, where a model declares a class)."""
     config = settings()
 
     class Meta:
@@ -85,7 +94,7 @@ class AccountItem(Model):
     created_at = UTCDateTimeAttribute()
     toolbox_revision = NumberAttribute(default=0)
     # keyless hosts a person allows agent-authored tools to call (`host` or `host:port`)
-    allowed_hosts = ListAttribute(of=UnicodeAttribute, null=True)
+    allowed_hosts = _strings(null=True)
     # moves on when a person ends every console session of the account
     console_epoch = NumberAttribute(default=0)
 
@@ -123,7 +132,7 @@ class OAuthClientItem(Model):
     Meta = _meta("admin-tokens")
     token_hash = UnicodeAttribute(hash_key=True)
     client_name = UnicodeAttribute()
-    redirect_uris = ListAttribute(of=UnicodeAttribute)
+    redirect_uris = _strings()
     auth_method = UnicodeAttribute()  # none, client_secret_post or client_secret_basic
     secret_hash = UnicodeAttribute(null=True)
     client_uri = UnicodeAttribute(null=True)
@@ -212,11 +221,11 @@ class AgentSettingsItem(AgentPartitionItem, discriminator="agent"):
     name = UnicodeAttribute()
     cap = NumberAttribute()
     idle_window_days = NumberAttribute()
-    key_hashes = ListAttribute(of=UnicodeAttribute, default=list)
+    key_hashes = _strings(default=list)
     size = NumberAttribute(default=0)
     # The runs in flight: run id -> lease expiry (epoch seconds). `lease_rev` moves on with every
     # run that starts, so a demotion conditioned on the revision it read loses to any new run.
-    leases = MapAttribute(default=dict)
+    leases: MapAttribute[str, Any] = MapAttribute(default=dict)
     lease_rev = NumberAttribute(default=0)
     # Set while the agent needs a whole review by the sweep; `review_token` lets the sweep clear
     # exactly the flag it saw (a newer flag set meanwhile survives).
@@ -230,7 +239,7 @@ class AgentSettingsItem(AgentPartitionItem, discriminator="agent"):
     webhook_url = UnicodeAttribute(null=True)
     webhook_secret = BinaryAttribute(null=True, legacy_encoding=False)
     # the connections the agent may call through; absent means all of the account's
-    connection_scope = ListAttribute(of=UnicodeAttribute, null=True)
+    connection_scope = _strings(null=True)
     # how many promotions are pinned: moved by the pin, unpin and demote transactions, each
     # conditioned on it (absent on items from before pins: none pinned)
     pins = NumberAttribute(null=True)
@@ -408,7 +417,7 @@ class ToolChangeItem(Model):
     account_id = UnicodeAttribute(hash_key=True)
     sk = UnicodeAttribute(range_key=True)
     kind = UnicodeAttribute(default="change")
-    tools = ListAttribute(of=UnicodeAttribute, default=list)  # "vendor/name" of each head written
+    tools = _strings(default=list)  # "vendor/name" of each head written
     ttl = TTLAttribute(null=True)
 
 
@@ -539,7 +548,7 @@ class ConnectionItem(Model):
     query_name = UnicodeAttribute(null=True)
     oauth = JSONAttribute(null=True)  # token_url, client_id, scope, authorize_url: no secret
     ciphertext = BinaryAttribute(legacy_encoding=False)
-    hosts = ListAttribute(of=UnicodeAttribute, default=list)
+    hosts = _strings(default=list)
     status = UnicodeAttribute()
     status_reason = UnicodeAttribute(null=True)
     created_at = UTCDateTimeAttribute()

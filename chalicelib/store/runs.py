@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
@@ -252,7 +252,7 @@ def _expiry(run: Run) -> datetime:
 
 
 def _expired(item: RunItem) -> bool:
-    return item.ttl is not None and item.ttl <= datetime.now(timezone.utc)
+    return item.ttl is not None and item.ttl <= datetime.now(UTC)
 
 
 def _result_key(run_id: str) -> str:
