@@ -37,7 +37,7 @@ class DynamoCalls:
             client.meta.events.register("after-call.dynamodb", self._record, unique_id=f"bench-{id(self)}")
         return self
 
-    def _record(self, model, **_: object) -> None:  # noqa: ANN001 - botocore's OperationModel
+    def _record(self, model, **_: object) -> None:
         self.calls.append(model.name)
 
     @contextmanager
@@ -69,8 +69,9 @@ OPERATIONS = [
 
 def main() -> None:
     sys.path.insert(0, str(ROOT))
-    from tests.conftest import Admin, Mcp  # the test harness (it also fakes the AWS environment)
     from moto import mock_aws
+
+    from tests.conftest import Admin, Mcp  # the test harness (it also fakes the AWS environment)
 
     with mock_aws():
         from chalice.test import Client
@@ -130,9 +131,9 @@ class _OAuthClient:
         import json
         from urllib.parse import parse_qs, urlsplit
 
-        from chalicelib.oauth import authorization
         from chalicelib.clock import utcnow
         from chalicelib.config import settings
+        from chalicelib.oauth import authorization
 
         self.client, self.verifier = client, "v" * 64
         registered = client.http.post("/oauth/register", headers={"Content-Type": "application/json"}, body=json.dumps(

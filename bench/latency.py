@@ -79,8 +79,9 @@ def over_http(vendor_url: str, n: int) -> dict[str, tuple[float, float]]:
 
 
 def in_process(vendor_url: str, n: int) -> dict[str, tuple[float, float]]:
-    from tests.conftest import Admin, Mcp  # fakes the AWS environment before the app loads
     from moto import mock_aws
+
+    from tests.conftest import Admin, Mcp  # fakes the AWS environment before the app loads
 
     with mock_aws():
         from chalice.test import Client

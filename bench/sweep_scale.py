@@ -37,7 +37,7 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -45,13 +45,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import tests.conftest  # noqa: E402,F401 - fakes the AWS environment before the app loads
-
-from bench.dynamo_calls import DynamoCalls  # noqa: E402
-from chalicelib import sweep  # noqa: E402
-from chalicelib.accounts import DEFAULT_CAP, DEFAULT_IDLE_WINDOW_DAYS  # noqa: E402
-from chalicelib.store import agents as agent_store  # noqa: E402
-from chalicelib.store.models import (  # noqa: E402
+import tests.conftest
+from bench.dynamo_calls import DynamoCalls
+from chalicelib import sweep
+from chalicelib.accounts import DEFAULT_CAP, DEFAULT_IDLE_WINDOW_DAYS
+from chalicelib.store import agents as agent_store
+from chalicelib.store.models import (
     AGENT_SK,
     SHARDS,
     AgentPartitionItem,
@@ -61,7 +60,7 @@ from chalicelib.store.models import (  # noqa: E402
     tool_key,
 )
 
-NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)  # the moment every sweep runs at
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)  # the moment every sweep runs at
 WINDOW = timedelta(days=DEFAULT_IDLE_WINDOW_DAYS)
 PROMOTIONS = 20
 VENDOR = "bench"
@@ -283,8 +282,8 @@ def run_fleet(agents: int, runs: int, counter: DynamoCalls, moto: Moto, deadline
                     f"{some.seconds[-1]:.2f} s")
         for case in fleet.cases:
             if len(case.seconds) < runs:
-                case.note = "; ".join(filter(None, [case.note, f"{len(case.seconds)} run"
-                                                    f"{'s' if len(case.seconds) > 1 else ''} of {runs} (time budget)"]))
+                case.note = "; ".join(filter(None, [case.note, (f"{len(case.seconds)} run"
+                                                     f"{'s' if len(case.seconds) > 1 else ''} of {runs} (time budget)")]))
     return fleet
 
 
@@ -441,7 +440,7 @@ def main() -> None:
 
 def report(fleets: list[Fleet], skipped: list[str], command: str, setting: str, budget: float,
            elapsed: float) -> None:
-    print(f"# The sweep at fleet scale, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"# The sweep at fleet scale, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     print(f"command: {command.strip()}")
     print(f"code: {code_version()}")
     print(setting)
@@ -486,7 +485,7 @@ def report(fleets: list[Fleet], skipped: list[str], command: str, setting: str, 
     constant = max(nothing)
     shards = f" = {constant // SHARDS} sparse indexes x SHARDS ({SHARDS})" if constant % SHARDS == 0 else ""
     verdict = "constant" if len(set(nothing)) == 1 else "NOT CONSTANT"
-    print(f"nothing due, measured: "
+    print("nothing due, measured: "
           + ", ".join(f"{fleet.agents:,} agents -> {calls}" for fleet, calls in zip(fleets, nothing))
           + f" ({verdict}{shards}); at {PROJECTED_FLEET:,} agents: {constant}")
     a, b = fit(points)

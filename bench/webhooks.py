@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from local import process  # noqa: E402
+from local import process
 
 arrivals: list[tuple[float, dict[str, Any]]] = []
 arrived = threading.Event()
@@ -87,7 +87,7 @@ def main() -> None:
                     call(stack, "POST", f"/v1/agents/{each['id']}/working-set", {"vendor": "bench", "name": f"t{index}"})
             time.sleep(3)
             arrivals.clear()
-            later = (datetime.now(timezone.utc) + timedelta(days=22)).isoformat().replace("+00:00", "Z")
+            later = (datetime.now(UTC) + timedelta(days=22)).isoformat().replace("+00:00", "Z")
             report = call(stack, "POST", "/v1/sweep", {"now": later})
             time.sleep(5)
             ids = {each["id"] for each in agents}

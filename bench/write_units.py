@@ -194,8 +194,9 @@ def operations(admin: Any, mcp: Any, vendor: Any, client: Any) -> dict[str, Call
 def main() -> None:
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("WORKSET_STAGE", "test")
-    from tests.conftest import Admin, Mcp  # the test harness (it also fakes the AWS environment)
     from moto import mock_aws
+
+    from tests.conftest import Admin, Mcp  # the test harness (it also fakes the AWS environment)
 
     with mock_aws():
         import boto3
@@ -232,7 +233,7 @@ def main() -> None:
                 with meter.measure() as measured:
                     operation()
                 figures[label] = measured
-    if "--json" in sys.argv:  # noqa: SIM108
+    if "--json" in sys.argv:
         print(json.dumps({label: f["units"] for label, f in figures.items()}))
         return
     print(f"{'operation':42} {'WCU':>6}  writes")

@@ -72,7 +72,7 @@ def serve(data_dir: Path) -> None:
         if journal.due():
             try:
                 journal.compact()
-            except Exception as error:  # keep serving: the journal still holds every write
+            except Exception as error:  # noqa: BLE001 - keep serving: the journal still holds every write
                 print(f"compacting the journal failed: {error.__class__.__name__}: {error}", file=sys.stderr,
                       flush=True)
     journal.close()

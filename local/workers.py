@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
+from functools import partial
 
 from chalicelib import notify, sweep
 from chalicelib.clock import utcnow
@@ -28,7 +29,7 @@ def consumers() -> dict[str, Batch]:
     """Each queue and what Lambda would run for a batch of it (answering the failed message ids)."""
     return {
         settings().sweep_queue: lambda deliveries: [
-            d.message_id for d in deliveries if not _ok(lambda: sweep.handle_message(d.body, utcnow()))],
+            d.message_id for d in deliveries if not _ok(partial(sweep.handle_message, d.body, utcnow()))],
         settings().webhook_queue: notify.consume,
     }
 
@@ -50,7 +51,7 @@ def consume_once(queue: str, handler: Batch, *, wait_seconds: int = 1) -> int:
 def _ok(job: Callable[[], object]) -> bool:
     try:
         job()
-    except Exception as error:  # like Lambda: the message is retried
+    except Exception as error:  # noqa: BLE001 - like Lambda: the message is retried
         print(f"handler failed ({error.__class__.__name__}: {error}); SQS will retry", file=sys.stderr, flush=True)
         return False
     return True
@@ -66,7 +67,7 @@ def _every(stop: threading.Event, seconds: float, job: Callable[[], None]) -> No
     while not stop.wait(seconds):
         try:
             job()
-        except Exception as error:  # keep the schedule alive; the next run tries again
+        except Exception as error:  # noqa: BLE001 - keep the schedule alive; the next run tries again
             print(f"{job.__name__} failed: {error.__class__.__name__}: {error}", file=sys.stderr, flush=True)
 
 
@@ -74,6 +75,6 @@ def _consume(stop: threading.Event, queue: str, handler: Batch) -> None:
     while not stop.is_set():
         try:
             consume_once(queue, handler)
-        except Exception as error:  # the queue itself failed: wait and poll again
+        except Exception as error:  # noqa: BLE001 - the queue itself failed: wait and poll again
             print(f"consuming {queue} failed: {error}", file=sys.stderr, flush=True)
             stop.wait(1)

@@ -33,7 +33,7 @@ from chalice.test import Client
 from moto import mock_aws
 
 from app import app
-from chalicelib import config, indexes, toolbox
+from chalicelib import config, indexes
 from chalicelib.store import queues, vault
 from chalicelib.store.tables import create_all
 from local import emulator

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from bench.dynamo_calls import DynamoCalls
-from chalicelib import indexes, toolbox
+from chalicelib import indexes
 from tests.conftest import Admin, Mcp, Vendor
 
 

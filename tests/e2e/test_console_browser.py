@@ -9,7 +9,7 @@ import shutil
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +170,7 @@ def test_promote_and_demote_then_history_after_a_sweep(page: Any, console_stack:
                              ("promoted", f"{shop}__list-sales-orders", "the console")]
     shot(page, "04-agent")
     # WHEN the sweep runs past the idle window
-    later = (datetime.now(timezone.utc) + timedelta(days=22)).isoformat().replace("+00:00", "Z")
+    later = (datetime.now(UTC) + timedelta(days=22)).isoformat().replace("+00:00", "Z")
     status, report = console_stack.admin("POST", "/v1/sweep", {"now": later})
     assert status == 200, report
     page.reload()
@@ -364,7 +364,7 @@ def test_pin_a_tool_from_the_agent_page_and_see_the_marker(page: Any, console_st
     listed = console_stack.admin("GET", f"/v1/agents/{agent['id']}/working-set")[1]["items"]
     items = {item["name"]: item for item in listed}
     assert (items["get-invoice"]["pinned"], items["list-sales-orders"]["pinned"]) == (True, False)
-    later = (datetime.now(timezone.utc) + timedelta(days=22)).isoformat().replace("+00:00", "Z")
+    later = (datetime.now(UTC) + timedelta(days=22)).isoformat().replace("+00:00", "Z")
     assert console_stack.admin("POST", "/v1/sweep", {"now": later})[0] == 200
     page.reload()
     assert [row.get_attribute("data-tool") for row in page.locator("#working-set tr[data-tool]").all()] == [

@@ -112,6 +112,7 @@ def test_the_local_stack_runs_the_sweep_by_itself(tmp_path: Path) -> None:
                            "annotations": {"readOnlyHint": True},
                            "request": {"method": "GET", "url": "http://127.0.0.1:9/x"}})
         status, agent = stack.admin("POST", "/v1/agents", {"name": "capped", "cap": 1})
+        assert status == 201, agent
         for name in ("first", "second"):
             stack.admin("POST", f"/v1/agents/{agent['id']}/working-set", {"vendor": "keep", "name": name})
         # WHEN a few sweep intervals pass (polled, not timed)
@@ -128,7 +129,7 @@ def test_the_local_stack_runs_the_sweep_by_itself(tmp_path: Path) -> None:
         stop_stack(stack)
 
 
-def test_an_oversized_body_is_refused_from_its_headers_before_it_is_read(stack) -> None:  # noqa: ANN001
+def test_an_oversized_body_is_refused_from_its_headers_before_it_is_read(stack) -> None:
     # GIVEN a client that announces 100 MB and sends only a few bytes
     host, port = stack.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as raw:
@@ -146,7 +147,7 @@ def test_an_oversized_body_is_refused_from_its_headers_before_it_is_read(stack) 
     assert status == 200
 
 
-def test_a_chunked_body_is_refused_before_it_is_read(stack) -> None:  # noqa: ANN001
+def test_a_chunked_body_is_refused_before_it_is_read(stack) -> None:
     host, port = stack.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as raw:
         raw.sendall(b"POST /v1/agents HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")

@@ -111,6 +111,7 @@ async def test_the_whole_working_set_flow(stack: Stack, vendor: Vendor, mode: st
 
     # THEN the history says who did what
     status, history = stack.admin("GET", f"/v1/agents/{agent['id']}/history")
+    assert status == 200, history
     assert [(e["action"], e["cause"]) for e in history["items"]] == [
         ("demoted", "agent_asked"), ("promoted", "agent_asked")]
 

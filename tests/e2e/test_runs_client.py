@@ -4,12 +4,12 @@ refusal of cloud-metadata URLs."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.conftest import Vendor
@@ -189,7 +189,7 @@ async def test_expiry(short_wait_stack: Stack, vendor: Vendor, mode: str) -> Non
     async with connect(short_wait_stack, agent["api_key"], mode) as client:
         waiting = (await client.call_tool("run_tool", {"vendor": shop, "name": "create-order",
                                                        "input": {"total": 1}})).structured_content
-        time.sleep(1.5)  # let the one-second wait run out (no assertion is made about time itself)
+        await anyio.sleep(1.5)  # let the one-second wait run out (no assertion is made about time itself)
         got = await client.call_tool("get_run", {"run_id": waiting["run_id"]})
         assert got.structured_content["status"] == "expired"
         status, _ = short_wait_stack.admin("POST", f"/v1/approvals/{waiting['run_id']}/approve")
