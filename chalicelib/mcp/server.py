@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chalicelib import accounts, log, runs, vendor, workingset
+from chalicelib import accounts, log, runs, workingset
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
@@ -23,12 +23,11 @@ from chalicelib.mcp.protocol import (
     Request,
 )
 from chalicelib.oauth import discovery
+from chalicelib.outcomes import Outcome, RunStatus, failure, tool_result
 from chalicelib.store import outbox
 from chalicelib.store.records import AgentState
-from chalicelib.vendor import Outcome
 
 SERVER_INFO = {"name": "workset", "version": "0.1.0"}
-RUN_ID_META = "io.workset/runId"  # every tool call is a run; get_run and the console know it by this id
 SUBSCRIPTION_META = "io.modelcontextprotocol/subscriptionId"
 # A held listen reads the agent's change counter (one strongly consistent GetItem) after 1 s, then
 # at doubling intervals up to 5 s: a change made around the listen's start is told within a
@@ -162,9 +161,9 @@ def _call_tool(state: AgentState, request: Request, now: datetime) -> Reply:
     if not isinstance(name, str) or not isinstance(arguments, dict):
         raise ProtocolError(INVALID_PARAMS, "Invalid params: tools/call needs a name and an arguments object")
     outcome = _call(state, name, arguments, now)
-    if outcome.status == runs.AWAITING and outcome.run_id and tasks.declared(request):
+    if outcome.status == RunStatus.AWAITING and outcome.run_id and tasks.declared(request):
         return Reply(tasks.created(outcome.run_id, state, now))
-    return Reply(_tool_result(outcome), changed=outcome.list_changed)
+    return Reply(tool_result(outcome), changed=outcome.list_changed)
 
 
 def _listen(state: AgentState, request: Request, now: datetime) -> Reply:
@@ -204,7 +203,7 @@ def _call(state: AgentState, name: str, arguments: dict[str, Any], now: datetime
             raise ProtocolError(INVALID_PARAMS, _unknown_tool(name, ref))
         return runs.call(state, *ref, arguments, dry_run=False, now=now)
     except WorksetError as error:
-        return vendor.failure(error)
+        return failure(error)
 
 
 def _unknown_tool(name: str, ref: tuple[str, str] | None) -> str:
@@ -215,16 +214,6 @@ def _unknown_tool(name: str, ref: tuple[str, str] | None) -> str:
     vendor_name, tool_name = ref
     return (f"Unknown tool: {name} is not in your tool list. Promote it first (promote with vendor "
             f"{vendor_name!r} and name {tool_name!r}), or call it once with run_tool; find_tool lists the toolbox.")
-
-
-def _tool_result(outcome: Outcome) -> dict[str, Any]:
-    if outcome.mcp:  # an MCP server's own result (content blocks, structured content), passed on
-        result = {**outcome.structured, "isError": outcome.is_error}
-    else:
-        result = tasks.tool_result(outcome.structured, is_error=outcome.is_error)
-    if outcome.run_id is not None:
-        result["_meta"] = {RUN_ID_META: outcome.run_id}
-    return result
 
 
 def _capabilities(*, modern: bool = False) -> dict[str, Any]:
