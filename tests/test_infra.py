@@ -1165,7 +1165,7 @@ def exercise_store() -> set[str]:
     assert run(runs.get, "nope") is None
 
     # The sweep's reads (sparse, sharded indexes) and its bookkeeping writes.
-    assert run(sweep.agents_with_tool, "acct", "acme", "orders") == ["a1"]
+    assert run(agents.agents_with_tool, "acct", "acme", "orders") == ["a1"]
     assert run(sweep.due_agents, now) == {}
     assert sweep.due_agents(week) == {"a1": "acct"}
     used = agents.load_state("a1").promotion("acme", "orders").last_used_at

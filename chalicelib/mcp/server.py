@@ -3,7 +3,6 @@ failure (JSON-RPC errors for bad requests, `isError` results for failed tool cal
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,16 +23,10 @@ from chalicelib.mcp.protocol import (
 )
 from chalicelib.oauth import discovery
 from chalicelib.outcomes import Outcome, RunStatus, failure, tool_result
-from chalicelib.store import outbox
 from chalicelib.store.records import AgentState
 
 SERVER_INFO = {"name": "workset", "version": "0.1.0"}
 SUBSCRIPTION_META = "io.modelcontextprotocol/subscriptionId"
-# A held listen reads the agent's change counter (one strongly consistent GetItem) after 1 s, then
-# at doubling intervals up to 5 s: a change made around the listen's start is told within a
-# second, a later one at most 5 s late, and a 20 s hold makes 6 reads instead of 20.
-LISTEN_POLL_SECONDS = 1.0
-LISTEN_POLL_MAX_SECONDS = 5.0
 LIST_TTL_MS = 0  # the list changes whenever the agent promotes or demotes: never serve it stale
 
 
@@ -109,18 +102,9 @@ def _metric_method(method: Any) -> str:
 
 def _carry_news(state: AgentState, reply: Reply) -> None:
     """2025-11-25 clients hear of a change on the HTTP response: their own change, or one made
-    elsewhere (sweep, console, another client) since their agent's last response, once. What
-    the client was told is marked only now that the answer carrying the news exists (never in
-    the change's own transaction, whose answer may be lost), and best effort: if the mark fails,
-    the next response tells it again, which is harmless."""
-    elsewhere = state.change_seq > state.mcp_seen_seq
-    if not (reply.changed or elsewhere):
-        return
-    reply.events.insert(0, LIST_CHANGED)
-    try:
-        outbox.mark_seen(state.agent.agent_id, state.change_seq + (1 if reply.changed else 0))
-    except Exception as error:  # noqa: BLE001 - the answer stands; the news is told again next time
-        log.failure("mcp.mark_seen_failed", error, agent_id=state.agent.agent_id)
+    elsewhere since their agent's last response, once (`workingset.tell_client`)."""
+    if workingset.tell_client(state, changed=reply.changed):
+        reply.events.insert(0, LIST_CHANGED)
 
 
 def _initialize(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
@@ -175,22 +159,11 @@ def _listen(state: AgentState, request: Request, now: datetime) -> Reply:
     honored = {"toolsListChanged": True} if wants_tools else {}
     events: list[dict[str, Any]] = [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
                                      "params": {"notifications": honored, "_meta": meta}}]
-    if wants_tools and _wait_for_change(state):
+    # the request is held (a buffered gateway cannot stream) until the set changes or the hold
+    # ends; the client listens again after the close
+    if wants_tools and workingset.wait_for_change(state, hold_seconds=settings().listen_hold_seconds):
         events.append({**LIST_CHANGED, "params": {"_meta": meta}})
     return Reply({"resultType": "complete", "_meta": meta}, events=events)
-
-
-def _wait_for_change(state: AgentState) -> bool:
-    """Hold the request (a buffered gateway cannot stream) until the agent's set changes or the
-    hold ends; the client listens again after the close."""
-    deadline = time.monotonic() + settings().listen_hold_seconds
-    pause = LISTEN_POLL_SECONDS
-    while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(pause, left))
-        if outbox.change_seq(state.agent.agent_id) > state.change_seq:
-            return True
-        pause = min(pause * 2, LISTEN_POLL_MAX_SECONDS)
-    return False
 
 
 def _call(state: AgentState, name: str, arguments: dict[str, Any], now: datetime) -> Outcome:
