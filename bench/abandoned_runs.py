@@ -33,6 +33,7 @@ os.environ["WORKSET_RUN_RETENTION_DAYS"] = "3650"
 from bench import sweep_scale  # fakes the AWS environment before the app loads
 from bench.dynamo_calls import DynamoCalls
 from chalicelib import sweep
+from chalicelib.outcomes import RunStatus
 from chalicelib.store import agents as agent_store
 from chalicelib.store import runs as run_store
 from chalicelib.store.records import Run
@@ -45,7 +46,7 @@ def abandoned_run(number: int, agent: int) -> Run:
     started = LEASE_ENDED - timedelta(seconds=30)
     return Run(run_id=f"runabandoned{number:06d}", agent_id=sweep_scale.agent_id(agent),
                account_id=sweep_scale.account_id(agent), vendor=sweep_scale.VENDOR, name=sweep_scale.TOOLS[0],
-               version=1, input={"customer": "c1"}, status=run_store.RUNNING, created_at=started,
+               version=1, input={"customer": "c1"}, status=RunStatus.RUNNING, created_at=started,
                updated_at=started, lease_expires_at=LEASE_ENDED)
 
 
@@ -85,7 +86,7 @@ def main() -> None:
             rows.append((label, report, calls, seconds))
             print(f"{label}: {sum(calls.values())} calls in {seconds:.1f} s", file=sys.stderr, flush=True)
         ended = [run_store.get(run.run_id) for run in seeded]
-        assert all(run is not None and run.status == run_store.EXPIRED for run in ended), "a run was not expired"
+        assert all(run is not None and run.status == RunStatus.EXPIRED for run in ended), "a run was not expired"
         states = [agent_store.load_state(agent) for agent in {run.agent_id for run in seeded}]
         assert all(state is not None and not state.leases for state in states), "an agent still holds a lease"
     print(f"Sweep with abandoned runs: {args.agents:,} agents with {sweep_scale.PROMOTIONS} promotions each, "

@@ -42,18 +42,15 @@ from chalicelib.errors import (
     VendorTimeout,
     WorksetError,
 )
+from chalicelib.outcomes import LIVE, Outcome, RunStatus, failure
 from chalicelib.store import agents as agent_store
 from chalicelib.store import queues
 from chalicelib.store import runs as run_store
 from chalicelib.store.records import ALLOW, DENY, AgentState, Approval, Page, Run, RunToSweep
 from chalicelib.toolbox import Tool
 from chalicelib.validation import check_instance
-from chalicelib.vendor import Outcome
 from chalicelib.workingset import idle_deadline
 
-AWAITING = run_store.AWAITING
-RUNNING = run_store.RUNNING
-FINISHED = frozenset({"succeeded", "failed", "denied", run_store.EXPIRED})
 MAX_STORED_RESULT = 300_000  # DynamoDB items hold 400 KB; a bigger answer is kept clipped
 LEASE_SAFETY_SECONDS = 2.0  # the vendor's deadline ends at least this long before the run's lease
 
@@ -75,7 +72,7 @@ def call(state: AgentState, vendor_name: str, name: str, arguments: Any, *, dry_
         _check_call(state, tool, arguments)
         return _call_checked(state, tool, arguments, dry_run=dry_run, now=now)
     except WorksetError as error:  # refused, or not recorded (so not sent)
-        return vendor.failure(error)
+        return failure(error)
 
 
 def _call_checked(state: AgentState, tool: Tool, arguments: dict[str, Any], *, dry_run: bool,
@@ -84,7 +81,7 @@ def _call_checked(state: AgentState, tool: Tool, arguments: dict[str, Any], *, d
     vendor_name, name = tool.key
     standing = _standing_decision(state, tool)
     if standing == DENY and not (dry_run and tool.spec.writes):  # a preview of a write reaches nothing
-        return vendor.failure(ToolDenied(
+        return failure(ToolDenied(
             f"a person denied this agent's calls of {vendor_name}/{name}; the denial stands until a person "
             "withdraws it in the console"))
     # a call is a use of a promoted tool: its idle deadline moves to a window from now (a pinned
@@ -94,13 +91,13 @@ def _call_checked(state: AgentState, tool: Tool, arguments: dict[str, Any], *, d
     pinned = promotion is not None and promotion.pinned
     if tool.spec.writes and not dry_run and standing != ALLOW:
         lease = now + timedelta(seconds=settings().approval_ttl_seconds)
-        run = _new_run(state, tool, arguments, AWAITING, lease, now, dry_run=False)
+        run = _new_run(state, tool, arguments, RunStatus.AWAITING, lease, now, dry_run=False)
         _start(run, use_due_at, pinned=pinned)
         log.note(run_id=run.run_id)
         log.event("run.awaiting_approval", metrics=[log.Metric("RunsAwaitingApproval", 1)], run_id=run.run_id,
                   agent_id=run.agent_id, account_id=run.account_id, vendor=run.vendor, tool=run.name)
         return waiting(run)
-    run = _new_run(state, tool, arguments, RUNNING, now + _running_lease(), now, dry_run=dry_run)
+    run = _new_run(state, tool, arguments, RunStatus.RUNNING, now + _running_lease(), now, dry_run=dry_run)
     _start(run, use_due_at, pinned=pinned)
     return _execute(run, tool)
 
@@ -203,8 +200,8 @@ def list_pending(account_id: str, *, limit: int, cursor: str | None, now: dateti
 def waiting(run: Run) -> Outcome:
     """The answer for a call that waits on a person: not a failure."""
     return Outcome(
-        structured={"status": AWAITING, "run_id": run.run_id, "approval_url": approval_url(run.run_id)},
-        status=AWAITING,
+        structured={"status": RunStatus.AWAITING, "run_id": run.run_id, "approval_url": approval_url(run.run_id)},
+        status=RunStatus.AWAITING,
         run_id=run.run_id,
     )
 
@@ -241,10 +238,10 @@ def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
                                      read_only=not tool.spec.writes, timeout=_left(deadline))
         vendor_ms = log.elapsed_ms(sending) if sent else None
     except WorksetError as error:
-        outcome = vendor.failure(error)
+        outcome = failure(error)
     except Exception as error:
         log.failure("run_crashed", error, run_id=run.run_id, agent_id=run.agent_id, account_id=run.account_id)
-        outcome = vendor.failure(InternalError(f"Workset failed while running {run.run_id}; it is logged"))
+        outcome = failure(InternalError(f"Workset failed while running {run.run_id}; it is logged"))
     answer = _record_end(run, outcome, waited=waited, sent=sent)
     _log_run(run, answer, started, vendor_ms)
     return answer
@@ -255,34 +252,41 @@ def _record_end(run: Run, outcome: Outcome, *, waited: bool, sent: bool) -> Outc
     store will not take it, the end goes to the work queue, which records it shortly
     (`record_deferred_end`); when neither will, the caller is told that the vendor was called
     and what it said, and the run is left to expire. Never raises."""
-    status = "failed" if outcome.is_error else "succeeded"
+    status = RunStatus.ended(is_error=outcome.is_error)
     stored = _storable(outcome.structured)
     answer = replace(outcome, list_changed=False, run_id=run.run_id)
     try:
-        run_store.finish(run, status, utcnow(), announce=waited, **{_OUTCOME_FIELD[status]: stored})
+        _finish(run, status, utcnow(), stored, announce=waited)
     except Exception as error:
         log.failure("run.end_unrecorded", error, metrics=[log.Metric("RunEndsUnrecorded", 1)], run_id=run.run_id,
                     agent_id=run.agent_id, left_to="work queue")
         if _defer_end(run, status, stored, waited=waited):
             return answer
-        failure = OutcomeNotRecorded(
+        unrecorded = OutcomeNotRecorded(
             f"Workset could not record the end of run {run.run_id}: the vendor {'was' if sent else 'was not'} "
             "called (its answer is in `outcome`). Do not call again without checking whether it acted; the run "
             "shows as expired once its lease ends.")
-        failure.vendor_acted = sent
-        return Outcome({"error": failure.to_dict(), "outcome": outcome.structured}, True, "failed",
+        unrecorded.vendor_acted = sent
+        return Outcome({"error": unrecorded.to_dict(), "outcome": outcome.structured}, True, RunStatus.FAILED,
                        run_id=run.run_id)
     if waited:
         announce_end(replace(run, status=status))
     return answer
 
 
-_OUTCOME_FIELD = {"succeeded": "result", "failed": "error"}
 DEFERRED_END = "run_end"  # the work queue message that records a run's end later
 DEFERRED_OUTCOME_BYTES = 200_000  # an SQS message holds 256 KiB
 
 
-def _defer_end(run: Run, status: str, stored: dict[str, Any], *, waited: bool) -> bool:
+def _finish(run: Run, status: RunStatus, now: datetime, stored: dict[str, Any], *, announce: bool,
+            after_expiry: bool = False) -> bool:
+    """Record the run's end: a success keeps its answer as the result, a failure as the error."""
+    succeeded = status == RunStatus.SUCCEEDED
+    return run_store.finish(run, status, now, result=stored if succeeded else None,
+                            error=None if succeeded else stored, announce=announce, after_expiry=after_expiry)
+
+
+def _defer_end(run: Run, status: RunStatus, stored: dict[str, Any], *, waited: bool) -> bool:
     """Hand the run's end to the work queue (SQS keeps it, retries it, and parks it in the
     dead-letter queue if it can never be recorded); False when the queue will not take it."""
     text = json.dumps(stored)
@@ -303,13 +307,13 @@ def record_deferred_end(message: dict[str, Any], now: datetime) -> None:
     still fails, so SQS tries again. A run already ended stays as it is; one the sweep expired
     meanwhile gets its true end."""
     run = run_store.get(str(message["run_id"]))
-    if run is None or run.status not in (RUNNING, run_store.EXPIRED):
+    if run is None or run.status not in (RunStatus.RUNNING, RunStatus.EXPIRED):
         return
     status = message["status"]
-    if status not in _OUTCOME_FIELD:
+    if status not in (RunStatus.SUCCEEDED, RunStatus.FAILED):
         raise ValueError(f"a deferred end with status {status!r}")
-    ended = run_store.finish(run, status, now, announce=bool(message.get("announce")), after_expiry=True,
-                             **{_OUTCOME_FIELD[status]: message["outcome"]})
+    ended = _finish(run, RunStatus(status), now, message["outcome"], announce=bool(message.get("announce")),
+                    after_expiry=True)
     if ended and message.get("announce"):
         announce_end(replace(run, status=status))
 
@@ -350,7 +354,7 @@ def _log_run(run: Run, outcome: Outcome, started: float, vendor_ms: float | None
     log.note(run_id=run.run_id)
     log.event("run", metrics=[log.Metric("VendorLatency", vendor_ms, "Milliseconds")] if vendor_ms is not None else [],
               run_id=run.run_id, agent_id=run.agent_id, account_id=run.account_id, vendor=run.vendor, tool=run.name,
-              version=run.version, dry_run=run.dry_run, status="failed" if outcome.is_error else "succeeded",
+              version=run.version, dry_run=run.dry_run, status=RunStatus.ended(is_error=outcome.is_error),
               error_code=code if isinstance(code, str) else None, duration_ms=log.elapsed_ms(started),
               vendor_ms=vendor_ms)
 
@@ -424,7 +428,7 @@ def _check_scope(state: AgentState | None, tool: Tool) -> None:
                                    "which is not in this agent's connection scope")
 
 
-def _new_run(state: AgentState, tool: Tool, arguments: dict[str, Any], status: str, lease: datetime,
+def _new_run(state: AgentState, tool: Tool, arguments: dict[str, Any], status: RunStatus, lease: datetime,
              now: datetime, *, dry_run: bool) -> Run:
     return Run(
         run_id=f"run{secrets.token_hex(10)}", agent_id=state.agent.agent_id, account_id=state.agent.account_id,
@@ -459,7 +463,7 @@ def _account_run(account_id: str, run_id: str, now: datetime) -> Run:
 
 
 def _must_wait(run: Run) -> None:
-    if run.status != AWAITING:
+    if run.status != RunStatus.AWAITING:
         raise Conflict(f"run {run.run_id} is {run.status}, not awaiting approval")
 
 
@@ -467,7 +471,7 @@ def expire_if_due(run: Run, now: datetime) -> Run:
     """A run whose lease ran out (nobody decided, or its Lambda died) is recorded as expired the
     first time anyone looks; the sweep does the same for runs nobody looks at. Answers the run
     as it stands."""
-    if run.status in (AWAITING, RUNNING) and run.lease_expires_at <= _cutoff(run.status, now):
+    if run.status in LIVE and run.lease_expires_at <= _cutoff(run.status, now):
         _expire(run, now)
         return run_store.get(run.run_id) or run
     return run
@@ -479,20 +483,20 @@ def _expire(run: Run | RunToSweep, now: datetime) -> bool:
     run. The end of a run that waited on a person is announced. False when it was not due or
     ended otherwise."""
     cutoff = _cutoff(run.status, now)
-    if run.status not in (AWAITING, RUNNING) or run.lease_expires_at > cutoff:
+    if run.status not in LIVE or run.lease_expires_at > cutoff:
         return False
-    waited = run.status == AWAITING or run.decided_by is not None  # still waiting, or approved
+    waited = run.status == RunStatus.AWAITING or run.decided_by is not None  # still waiting, or approved
     if not run_store.expire(run, now, cutoff=cutoff, announce=waited):
         return False
     if waited:
-        announce_end(replace(run, status=run_store.EXPIRED))
+        announce_end(replace(run, status=RunStatus.EXPIRED))
     return True
 
 
 def _cutoff(status: str, now: datetime) -> datetime:
     """Leases that ended by this moment have run out: for a wait, now (the person's window is
     exact); for a running run, now less the clock skew allowance."""
-    return now if status == AWAITING else now - SKEW_ALLOWANCE
+    return now if status == RunStatus.AWAITING else now - SKEW_ALLOWANCE
 
 
 def _storable(structured: dict[str, Any]) -> dict[str, Any]:

@@ -177,7 +177,7 @@ def revoke_connection(account_id: str, connection_id: str, now: datetime) -> tup
     agents: set[str] = set()
     for tool in toolbox.using_connection(account_id, connection_id):
         vendor, name = tool.key
-        for agent_id in sweep_store.agents_with_tool(account_id, vendor, name):
+        for agent_id in agent_store.agents_with_tool(account_id, vendor, name):
             if sweep_store.make_due(agent_id, vendor, name, now, Cause.CONNECTION_REVOKED.value):
                 agents.add(agent_id)
     return connection, review_all(sorted(agents), now)

@@ -13,6 +13,7 @@ from chalicelib.config import settings
 from chalicelib.connection_auth import Credential
 from chalicelib.errors import InvalidInput, VendorError, WorksetError
 from chalicelib.outbound import HttpRequest
+from chalicelib.outcomes import Outcome, RunStatus, failure
 from chalicelib.toolbox import HEADER_VALUE, Tool, UpstreamCall
 
 QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
@@ -20,19 +21,6 @@ FORM = "application/x-www-form-urlencoded"
 ERROR_BODY_PREVIEW = 2000
 REDACTED = "[redacted]"
 DOT_SEGMENTS = frozenset({".", ".."})
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A call's answer: `structured` is the tool result's structuredContent; `status` is what
-    the run records (`succeeded`, `failed`, `awaiting_approval`)."""
-
-    structured: dict[str, Any]
-    is_error: bool = False
-    status: str = "succeeded"
-    run_id: str | None = None
-    list_changed: bool = False  # the call changed the caller's working set
-    mcp: bool = False  # `structured` is an MCP server's own tool result (content, structuredContent), passed on
 
 
 @dataclass(frozen=True)
@@ -178,7 +166,7 @@ def _upstream_answer(result: dict[str, Any], secrets: tuple[str, ...]) -> Outcom
     passed: dict[str, Any] = {"content": content}
     if structured is not None:
         passed["structuredContent"] = structured
-    return Outcome(structured=redact(passed, secrets), is_error=is_error, status="failed" if is_error else "succeeded",
+    return Outcome(structured=redact(passed, secrets), is_error=is_error, status=RunStatus.ended(is_error=is_error),
                    mcp=True)
 
 
@@ -218,11 +206,6 @@ def redact_text(text: str, secrets: tuple[str, ...], *, cut: bool = False) -> st
     return text
 
 
-def failure(error: WorksetError) -> Outcome:
-    """An error Outcome carrying the error's code and message."""
-    return Outcome(structured={"error": error.to_dict()}, is_error=True, status="failed")
-
-
 def _answer(response: outbound.HttpResponse, secrets: tuple[str, ...]) -> Outcome:
     try:
         payload = _decode(response, secrets)
@@ -233,7 +216,7 @@ def _answer(response: outbound.HttpResponse, secrets: tuple[str, ...]) -> Outcom
         return Outcome(
             structured={"error": {**error, "status": response.status, "body": _clip(payload, secrets)}},
             is_error=True,
-            status="failed",
+            status=RunStatus.FAILED,
         )
     structured = payload if isinstance(payload, dict) else {"result": payload}
     if response.truncated:

@@ -1,4 +1,5 @@
-"""An agent's working set: promote, demote, pin, unpin, and the list the harness sees.
+"""An agent's working set: promote, demote, pin, unpin, the list the harness sees, its history,
+and how an MCP client hears that it changed.
 
 Pinned tools. A pinned tool is an ordinary promoted tool (same place in tools/list, same calls)
 that the rule never demotes, for idle or for cap. It still counts toward the cap, but the cap's
@@ -18,15 +19,18 @@ change the tool list, so nothing is announced.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
-from chalicelib import notify, toolbox
+from chalicelib import log, notify, toolbox
 from chalicelib.errors import Busy, NotPromoted, PinLimit
 from chalicelib.store import agents as agent_store
+from chalicelib.store import history as history_store
+from chalicelib.store import outbox
 from chalicelib.store.agents import News, Pin
-from chalicelib.store.records import AgentState, HistoryEvent, Promotion
+from chalicelib.store.records import AgentState, HistoryEvent, Page, Promotion
 from chalicelib.toolbox import Tool
 
 
@@ -97,6 +101,11 @@ class PinChange:
 
 
 ATTEMPTS = 3  # a write that lost to a concurrent change reads the agent again, this many times in all
+# A held listen reads the agent's change counter (one strongly consistent GetItem) after 1 s, then
+# at doubling intervals up to 5 s: a change made around the listen's start is told within a
+# second, a later one at most 5 s late, and a 20 s hold makes 6 reads instead of 20.
+LISTEN_POLL_SECONDS = 1.0
+LISTEN_POLL_MAX_SECONDS = 5.0
 
 
 def pin_limit(cap: int) -> int:
@@ -113,6 +122,46 @@ def promoted_tools(state: AgentState) -> list[Tool]:
     """The promoted tools at their newest versions, in promotion order."""
     keys = [(p.vendor, p.name) for p in state.promotions]
     return toolbox.resolve_many(state.agent.account_id, keys)
+
+
+def history(agent_id: str, *, limit: int, cursor: str | None = None) -> Page:
+    """The agent's promotions, demotions, pins and unpins, newest first."""
+    return history_store.list_events(agent_id, limit=limit, cursor=cursor)
+
+
+def agents_with_tool(account_id: str, vendor: str, name: str) -> list[str]:
+    """The ids of the agents that have this tool promoted now."""
+    return agent_store.agents_with_tool(account_id, vendor, name)
+
+
+def tell_client(state: AgentState, *, changed: bool) -> bool:
+    """Whether a response to an MCP client that hears of changes on its responses must say the
+    list changed: the request's own change (`changed`), or one made elsewhere (sweep, console,
+    another client) since the agent's last such response. When it must, what the client was told
+    is marked now that the answer carrying the news exists (never in the change's own
+    transaction, whose answer may be lost), and best effort: if the mark fails, the next response
+    tells it again, which is harmless."""
+    elsewhere = state.change_seq > state.mcp_seen_seq
+    if not (changed or elsewhere):
+        return False
+    try:
+        outbox.mark_seen(state.agent.agent_id, state.change_seq + (1 if changed else 0))
+    except Exception as error:  # noqa: BLE001 - the answer stands; the news is told again next time
+        log.failure("mcp.mark_seen_failed", error, agent_id=state.agent.agent_id)
+    return True
+
+
+def wait_for_change(state: AgentState, *, hold_seconds: float) -> bool:
+    """Wait up to `hold_seconds` for the agent's set to change after `state` was read; True as
+    soon as it has (read at LISTEN_POLL_SECONDS, then doubling up to LISTEN_POLL_MAX_SECONDS)."""
+    deadline = time.monotonic() + hold_seconds
+    pause = LISTEN_POLL_SECONDS
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(pause, left))
+        if outbox.change_seq(state.agent.agent_id) > state.change_seq:
+            return True
+        pause = min(pause * 2, LISTEN_POLL_MAX_SECONDS)
+    return False
 
 
 def promote(state: AgentState, vendor: str, name: str, *, by: PromotedBy, actor: str, now: datetime,

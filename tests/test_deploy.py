@@ -33,8 +33,7 @@ from chalice.test import Client
 
 from bench.dynamo_calls import DynamoCalls
 from chalicelib import config as app_config
-from chalicelib import log
-from chalicelib.mcp import server
+from chalicelib import log, workingset
 from chalicelib.store import outbox
 from chalicelib.store.models import TABLES
 from tests import test_infra
@@ -570,7 +569,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(server, "time", fake)
+    monkeypatch.setattr(workingset, "time", fake)
     return fake
 
 
@@ -622,4 +621,4 @@ def test_a_change_during_the_hold_is_told_at_most_five_seconds_late(
     monkeypatch.setattr(outbox, "change_seq", lambda agent_id: counted(agent_id) + (clock.now >= changed_at))
     answer = _listen(mcp)
     assert [n["method"] for n in answer.notifications][-1] == "notifications/tools/list_changed"
-    assert polls[-1] == told_at and told_at - changed_at <= server.LISTEN_POLL_MAX_SECONDS
+    assert polls[-1] == told_at and told_at - changed_at <= workingset.LISTEN_POLL_MAX_SECONDS

@@ -1002,6 +1002,7 @@ def exercise_store() -> set[str]:
     from datetime import timedelta
 
     from chalicelib.clock import utcnow
+    from chalicelib.outcomes import RunStatus
     from chalicelib.store import (
         accounts,
         agents,
@@ -1122,13 +1123,13 @@ def exercise_store() -> set[str]:
                    input={"customer": "c1"}, status=status, created_at=created, updated_at=created,
                    lease_expires_at=lease_expires_at)
 
-    r1 = new_run(1, runs.RUNNING)
+    r1 = new_run(1, RunStatus.RUNNING)
     run(runs.start, r1, use_due_at=week)
     assert set(agents.load_state("a1").leases) == {"r1"}
     assert run(runs.finish, r1, "succeeded", now, result={"orders": []}) is True
     assert run(runs.finish, r1, "failed", now, error={"code": "x"}) is False  # ended already
     assert run(runs.get, "r1").result == {"orders": []}
-    r2, r3 = new_run(2, runs.AWAITING), new_run(3, runs.AWAITING)
+    r2, r3 = new_run(2, RunStatus.AWAITING), new_run(3, RunStatus.AWAITING)
     runs.start(r2, use_due_at=None)
     runs.start(r3, use_due_at=None)
     assert [r.run_id for r in run(runs.list_pending, "acct", limit=10).items] == ["r2", "r3"]
@@ -1149,14 +1150,14 @@ def exercise_store() -> set[str]:
     assert agents.count_acquire("a1", "2026-11-30", 1) is False  # the day's quota is spent
     assert agents.count_acquire("a1", "2026-12-01", 1) is True  # a new day
     assert runs.list_pending("acct", limit=10).items == []
-    r4 = new_run(4, runs.RUNNING, lease_expires_at=now)
+    r4 = new_run(4, RunStatus.RUNNING, lease_expires_at=now)
     runs.start(r4, use_due_at=week)
     assert run(runs.expire, r4, now + timedelta(seconds=1), cutoff=now + timedelta(seconds=1), announce=False) is True
     assert runs.get("r4").status == "expired"
     assert set(agents.load_state("a1").leases) == {"r2"}
     assert runs.finish(r2, "succeeded", now, result={}) is True
     # a large result is written apart from the run, before the transaction that ends it
-    r6 = new_run(6, runs.RUNNING)
+    r6 = new_run(6, RunStatus.RUNNING)
     runs.start(r6, use_due_at=None)
     assert runs.finish(r6, "succeeded", now, result={"big": "x" * (runs.INLINE_RESULT_BYTES + 1)}) is True
     assert runs.get("r6").result["big"].startswith("xxx")
@@ -1164,7 +1165,7 @@ def exercise_store() -> set[str]:
     assert run(runs.get, "nope") is None
 
     # The sweep's reads (sparse, sharded indexes) and its bookkeeping writes.
-    assert run(sweep.agents_with_tool, "acct", "acme", "orders") == ["a1"]
+    assert run(agents.agents_with_tool, "acct", "acme", "orders") == ["a1"]
     assert run(sweep.due_agents, now) == {}
     assert sweep.due_agents(week) == {"a1": "acct"}
     used = agents.load_state("a1").promotion("acme", "orders").last_used_at
@@ -1204,7 +1205,7 @@ def exercise_store() -> set[str]:
     assert agents.load_state("a1").mcp_seen_seq == seq + 1
     assert len(run(history.list_events, "a1", limit=10).items) == 4  # promoted, pinned, unpinned, demoted
     assert run(sweep.make_due, "a1", "acme", "orders", now, "idle") is False  # not promoted any more
-    runs.start(new_run(5, runs.RUNNING), use_due_at=week)  # demoted meanwhile: the run starts, unmarked
+    runs.start(new_run(5, RunStatus.RUNNING), use_due_at=week)  # demoted meanwhile: the run starts, unmarked
     assert set(agents.load_state("a1").leases) == {"r5"}
 
     # OAuth: a client and a code beside the admin tokens, the grant in a second agent's partition;

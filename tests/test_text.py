@@ -203,9 +203,9 @@ def test_a_hostile_vendor_answer_still_makes_a_valid_result(admin: Admin, mcp: M
 
 
 def test_tool_result_text_is_valid_json_whatever_it_carries() -> None:
-    from chalicelib.mcp import tasks
+    from chalicelib.outcomes import Outcome, tool_result
 
-    result = tasks.tool_result({"a": SURROGATE, "n": float("nan")}, is_error=False)
+    result = tool_result(Outcome({"a": SURROGATE, "n": float("nan")}))
     assert strict_json(result["content"][0]["text"].encode()) == {"a": "\ufffd", "n": None}
 
 

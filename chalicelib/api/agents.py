@@ -10,7 +10,6 @@ from chalicelib.api.common import admin_route, body, limit, query, tool_ref
 from chalicelib.clock import utcnow
 from chalicelib.errors import InvalidInput
 from chalicelib.oauth import tokens
-from chalicelib.store import history as history_store
 from chalicelib.workingset import Cause, PromotedBy
 
 
@@ -100,7 +99,7 @@ def unpin(account_id: str, agent_id: str, vendor: str, name: str) -> dict[str, A
 @admin_route("/v1/agents/{agent_id}/history", "GET")
 def history(account_id: str, agent_id: str) -> dict[str, Any]:
     accounts.get_state(account_id, agent_id)
-    page = history_store.list_events(agent_id, limit=limit(), cursor=query("cursor"))
+    page = workingset.history(agent_id, limit=limit(), cursor=query("cursor"))
     return shapes.page(page, shapes.event)
 
 

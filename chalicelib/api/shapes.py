@@ -8,10 +8,10 @@ from typing import Any
 from chalicelib.accounts import Created
 from chalicelib.clock import iso
 from chalicelib.runs import ShapeChange
-from chalicelib.store.connections import Call
 from chalicelib.store.records import (
     Agent,
     Approval,
+    Call,
     Connection,
     Grant,
     HistoryEvent,

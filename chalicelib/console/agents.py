@@ -17,7 +17,6 @@ from chalicelib.console.common import ALL_PAGE, PAGE_SIZE, Ctx, action, every, p
 from chalicelib.errors import InvalidInput, PinLimit
 from chalicelib.mcp.metatools import META_TOOLS
 from chalicelib.oauth import tokens
-from chalicelib.store import history as history_store
 from chalicelib.store.records import Agent, AgentState, Promotion, Run
 from chalicelib.toolbox import Tool
 from chalicelib.workingset import Cause, PromotedBy
@@ -198,7 +197,7 @@ def _agent_page(ctx: Ctx, agent_id: str, status: int = 200, *, settings_error: s
     state = accounts.get_state(ctx.account_id, agent_id)
     promoted = workingset.promoted_tools(state)
     rows = [_set_row(state, tool) for tool in promoted]
-    history = history_store.list_events(agent_id, limit=PAGE_SIZE, cursor=ctx.params.get("history"))
+    history = workingset.history(agent_id, limit=PAGE_SIZE, cursor=ctx.params.get("history"))
     every_tool = _whole_toolbox(ctx.account_id)
     agent = state.agent
     current = {"name": agent.name, "cap": str(agent.cap), "idle_window_days": str(agent.idle_window_days)}
@@ -248,6 +247,6 @@ def _pending(ctx: Ctx) -> list[Run]:
 def _last_activity(agent_id: str) -> datetime | None:
     """The newer of the agent's last run and the last change of its working set."""
     last_run = runs.list_for_agent(agent_id, limit=1, cursor=None).items
-    last_event = history_store.list_events(agent_id, limit=1).items
+    last_event = workingset.history(agent_id, limit=1).items
     moments = [item.created_at for item in last_run] + [item.at for item in last_event]
     return max(moments, default=None)

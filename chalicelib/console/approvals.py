@@ -8,6 +8,7 @@ from chalice import Response
 from chalicelib import accounts, runs, toolbox
 from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, every, page, redirect, safe_next
 from chalicelib.errors import ToolNotFound
+from chalicelib.outcomes import RunStatus
 from chalicelib.store.records import Run
 from chalicelib.toolbox import Tool
 
@@ -25,7 +26,7 @@ def approvals(ctx: Ctx) -> Response:
 @page("/console/approvals/{run_id}")
 def run_page(ctx: Ctx, run_id: str) -> Response:
     run = runs.get_for_account(ctx.account_id, run_id, ctx.now)
-    change = runs.change_since_decision(ctx.account_id, run) if run.status == runs.AWAITING else None
+    change = runs.change_since_decision(ctx.account_id, run) if run.status == RunStatus.AWAITING else None
     return ctx.render("run.html", run=run, tool=tools_of(ctx.account_id, [run]).get(run.run_id), change=change,
                       names=agent_names(ctx.account_id), done=ctx.params.get("done"))
 

@@ -25,8 +25,7 @@ from chalicelib.console import present
 from chalicelib.console import session as sessions
 from chalicelib.errors import InvalidInput, WorksetError
 from chalicelib.responses import GuardedBlueprint
-from chalicelib.store import connections as connection_store
-from chalicelib.store.records import Connection, Page
+from chalicelib.store.records import ACTIVE, Connection, Page
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -211,7 +210,7 @@ def agent_names(account_id: str) -> dict[str, str]:
 def active_connections(account_id: str) -> list[Connection]:
     """The account's connections that are not revoked (what a form may offer to attach)."""
     listing = every(lambda cursor: connections.list_all(account_id, limit=ALL_PAGE, cursor=cursor))
-    return [connection for connection in listing if connection.status == connection_store.ACTIVE]
+    return [connection for connection in listing if connection.status == ACTIVE]
 
 
 def _current_path(path: str, params: dict[str, str]) -> str:

@@ -11,12 +11,11 @@ from urllib.parse import urlsplit
 
 from chalice import Response
 
-from chalicelib import connections, jsontext, sweep, toolbox
+from chalicelib import connections, jsontext, sweep, toolbox, workingset
 from chalicelib.clock import utcnow
 from chalicelib.console import session as sessions
 from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, bp, every, page, redirect, render
 from chalicelib.errors import InvalidInput
-from chalicelib.store import sweep as sweep_store
 
 # what a refused form shows again: never a secret
 KEPT_FIELDS = ("vendor", "auth_type", "header_name", "username", "param_name", "token_url", "authorize_url",
@@ -92,7 +91,7 @@ def confirm_revoke(ctx: Ctx, connection_id: str) -> Response:
     connection = connections.get(ctx.account_id, connection_id)
     affected = []
     for tool in toolbox.using_connection(ctx.account_id, connection_id):
-        agent_ids = sweep_store.agents_with_tool(ctx.account_id, *tool.key)
+        agent_ids = workingset.agents_with_tool(ctx.account_id, *tool.key)
         affected.append((tool, agent_ids))
     return ctx.render("revoke.html", connection=connection, affected=affected, names=agent_names(ctx.account_id))
 

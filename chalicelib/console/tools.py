@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from chalice import Response
 
-from chalicelib import toolbox
+from chalicelib import toolbox, workingset
 from chalicelib.console.common import PAGE_SIZE, Ctx, agent_names, page
 from chalicelib.errors import NotFound
-from chalicelib.store import sweep as sweep_store
 from chalicelib.store.records import ToolVersion
 
 SEARCH_LIMIT = 50
@@ -42,5 +41,5 @@ def tool_page(ctx: Ctx, vendor: str, name: str) -> Response:
 
 def _promoted_for(account_id: str, heads: list[ToolVersion]) -> dict[tuple[str, str], list[str]]:
     """(vendor, name) -> ids of the agents that have the tool promoted now."""
-    return {(head.vendor, head.name): sweep_store.agents_with_tool(account_id, head.vendor, head.name)
+    return {(head.vendor, head.name): workingset.agents_with_tool(account_id, head.vendor, head.name)
             for head in heads}

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chalicelib import jsontext, runs, toolbox, workingset
 from chalicelib.errors import ConnectionNotInScope, ToolUnavailable
-from chalicelib.vendor import Outcome
+from chalicelib.outcomes import Outcome, RunStatus
 from chalicelib.store.records import AgentState
 from chalicelib.toolbox import NAME_PATTERN, Tool, ToolSpec
 from chalicelib.validation import parse
@@ -241,7 +241,7 @@ def _get_run(call: Call, raw: Any) -> Outcome:
     args = parse(GetRunArgs, raw)
     run = runs.get_for_agent(call.state, args.run_id, call.now)
     answer: dict[str, Any] = {"run_id": run.run_id, "status": run.status}
-    if run.status == runs.AWAITING:
+    if run.status == RunStatus.AWAITING:
         answer["approval_url"] = runs.approval_url(run.run_id)
     if run.result is not None:
         answer["result"] = run.result

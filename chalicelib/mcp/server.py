@@ -3,13 +3,12 @@ failure (JSON-RPC errors for bad requests, `isError` results for failed tool cal
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chalicelib import accounts, log, runs, vendor, workingset
+from chalicelib import accounts, log, runs, workingset
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
@@ -23,18 +22,11 @@ from chalicelib.mcp.protocol import (
     Request,
 )
 from chalicelib.oauth import discovery
-from chalicelib.store import outbox
+from chalicelib.outcomes import Outcome, RunStatus, failure, tool_result
 from chalicelib.store.records import AgentState
-from chalicelib.vendor import Outcome
 
 SERVER_INFO = {"name": "workset", "version": "0.1.0"}
-RUN_ID_META = "io.workset/runId"  # every tool call is a run; get_run and the console know it by this id
 SUBSCRIPTION_META = "io.modelcontextprotocol/subscriptionId"
-# A held listen reads the agent's change counter (one strongly consistent GetItem) after 1 s, then
-# at doubling intervals up to 5 s: a change made around the listen's start is told within a
-# second, a later one at most 5 s late, and a 20 s hold makes 6 reads instead of 20.
-LISTEN_POLL_SECONDS = 1.0
-LISTEN_POLL_MAX_SECONDS = 5.0
 LIST_TTL_MS = 0  # the list changes whenever the agent promotes or demotes: never serve it stale
 
 
@@ -110,18 +102,9 @@ def _metric_method(method: Any) -> str:
 
 def _carry_news(state: AgentState, reply: Reply) -> None:
     """2025-11-25 clients hear of a change on the HTTP response: their own change, or one made
-    elsewhere (sweep, console, another client) since their agent's last response, once. What
-    the client was told is marked only now that the answer carrying the news exists (never in
-    the change's own transaction, whose answer may be lost), and best effort: if the mark fails,
-    the next response tells it again, which is harmless."""
-    elsewhere = state.change_seq > state.mcp_seen_seq
-    if not (reply.changed or elsewhere):
-        return
-    reply.events.insert(0, LIST_CHANGED)
-    try:
-        outbox.mark_seen(state.agent.agent_id, state.change_seq + (1 if reply.changed else 0))
-    except Exception as error:  # noqa: BLE001 - the answer stands; the news is told again next time
-        log.failure("mcp.mark_seen_failed", error, agent_id=state.agent.agent_id)
+    elsewhere since their agent's last response, once (`workingset.tell_client`)."""
+    if workingset.tell_client(state, changed=reply.changed):
+        reply.events.insert(0, LIST_CHANGED)
 
 
 def _initialize(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
@@ -162,9 +145,9 @@ def _call_tool(state: AgentState, request: Request, now: datetime) -> Reply:
     if not isinstance(name, str) or not isinstance(arguments, dict):
         raise ProtocolError(INVALID_PARAMS, "Invalid params: tools/call needs a name and an arguments object")
     outcome = _call(state, name, arguments, now)
-    if outcome.status == runs.AWAITING and outcome.run_id and tasks.declared(request):
+    if outcome.status == RunStatus.AWAITING and outcome.run_id and tasks.declared(request):
         return Reply(tasks.created(outcome.run_id, state, now))
-    return Reply(_tool_result(outcome), changed=outcome.list_changed)
+    return Reply(tool_result(outcome), changed=outcome.list_changed)
 
 
 def _listen(state: AgentState, request: Request, now: datetime) -> Reply:
@@ -176,22 +159,11 @@ def _listen(state: AgentState, request: Request, now: datetime) -> Reply:
     honored = {"toolsListChanged": True} if wants_tools else {}
     events: list[dict[str, Any]] = [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
                                      "params": {"notifications": honored, "_meta": meta}}]
-    if wants_tools and _wait_for_change(state):
+    # the request is held (a buffered gateway cannot stream) until the set changes or the hold
+    # ends; the client listens again after the close
+    if wants_tools and workingset.wait_for_change(state, hold_seconds=settings().listen_hold_seconds):
         events.append({**LIST_CHANGED, "params": {"_meta": meta}})
     return Reply({"resultType": "complete", "_meta": meta}, events=events)
-
-
-def _wait_for_change(state: AgentState) -> bool:
-    """Hold the request (a buffered gateway cannot stream) until the agent's set changes or the
-    hold ends; the client listens again after the close."""
-    deadline = time.monotonic() + settings().listen_hold_seconds
-    pause = LISTEN_POLL_SECONDS
-    while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(pause, left))
-        if outbox.change_seq(state.agent.agent_id) > state.change_seq:
-            return True
-        pause = min(pause * 2, LISTEN_POLL_MAX_SECONDS)
-    return False
 
 
 def _call(state: AgentState, name: str, arguments: dict[str, Any], now: datetime) -> Outcome:
@@ -204,7 +176,7 @@ def _call(state: AgentState, name: str, arguments: dict[str, Any], now: datetime
             raise ProtocolError(INVALID_PARAMS, _unknown_tool(name, ref))
         return runs.call(state, *ref, arguments, dry_run=False, now=now)
     except WorksetError as error:
-        return vendor.failure(error)
+        return failure(error)
 
 
 def _unknown_tool(name: str, ref: tuple[str, str] | None) -> str:
@@ -215,16 +187,6 @@ def _unknown_tool(name: str, ref: tuple[str, str] | None) -> str:
     vendor_name, tool_name = ref
     return (f"Unknown tool: {name} is not in your tool list. Promote it first (promote with vendor "
             f"{vendor_name!r} and name {tool_name!r}), or call it once with run_tool; find_tool lists the toolbox.")
-
-
-def _tool_result(outcome: Outcome) -> dict[str, Any]:
-    if outcome.mcp:  # an MCP server's own result (content blocks, structured content), passed on
-        result = {**outcome.structured, "isError": outcome.is_error}
-    else:
-        result = tasks.tool_result(outcome.structured, is_error=outcome.is_error)
-    if outcome.run_id is not None:
-        result["_meta"] = {RUN_ID_META: outcome.run_id}
-    return result
 
 
 def _capabilities(*, modern: bool = False) -> dict[str, Any]:

@@ -8,23 +8,24 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from chalicelib import jsontext, runs
+from chalicelib import runs
 from chalicelib.clock import iso
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
 from chalicelib.mcp.protocol import INVALID_PARAMS, ProtocolError, Request
+from chalicelib.outcomes import Outcome, RunStatus, tool_result
 from chalicelib.store.records import AgentState, Run
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 POLL_INTERVAL_MS = 5000
 # run status -> task status; a failed vendor call is a completed task whose result is an error
-TASK_STATUS = {
-    runs.AWAITING: "working",
-    runs.RUNNING: "working",
-    "succeeded": "completed",
-    "failed": "completed",
-    "denied": "cancelled",
-    "expired": "cancelled",
+TASK_STATUS: dict[str, str] = {
+    RunStatus.AWAITING: "working",
+    RunStatus.RUNNING: "working",
+    RunStatus.SUCCEEDED: "completed",
+    RunStatus.FAILED: "completed",
+    RunStatus.DENIED: "cancelled",
+    RunStatus.EXPIRED: "cancelled",
 }
 
 
@@ -50,20 +51,11 @@ def get(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
     except WorksetError:
         raise ProtocolError(INVALID_PARAMS, f"Unknown task: {task_id}") from None
     answer = _task(run)
-    if run.status in ("succeeded", "failed"):
-        structured = run.result if run.status == "succeeded" else run.error
-        answer["result"] = tool_result(structured or {}, is_error=run.status == "failed")
+    if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
+        failed = run.status == RunStatus.FAILED
+        structured = run.error if failed else run.result
+        answer["result"] = tool_result(Outcome(structured or {}, is_error=failed, status=RunStatus(run.status)))
     return answer
-
-
-def tool_result(structured: dict[str, Any], *, is_error: bool) -> dict[str, Any]:
-    """A CallToolResult carrying `structured` (also as text for clients that read only text; the
-    text is always valid UTF-8 JSON, whatever a vendor answered)."""
-    return {
-        "content": [{"type": "text", "text": jsontext.dumps(structured)}],
-        "structuredContent": structured,
-        "isError": is_error,
-    }
 
 
 def _task(run: Run) -> dict[str, Any]:
@@ -75,8 +67,8 @@ def _task(run: Run) -> dict[str, Any]:
         "ttlMs": settings().approval_ttl_seconds * 1000,
         "pollIntervalMs": POLL_INTERVAL_MS,
     }
-    if run.status == runs.AWAITING:
+    if run.status == RunStatus.AWAITING:
         task["statusMessage"] = f"Waiting for a person to approve it at {runs.approval_url(run.run_id)}"
-    elif run.status in ("denied", "expired"):
+    elif run.status in (RunStatus.DENIED, RunStatus.EXPIRED):
         task["statusMessage"] = f"The call was {run.status}; it never reached the vendor."
     return task

@@ -178,6 +178,11 @@ def remove_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent,
     )
 
 
+def agents_with_tool(account_id: str, vendor: str, name: str) -> list[str]:
+    """The agents that have this tool promoted now (the promotions' `by_tool` index)."""
+    return [item.agent_id for item in PromotionItem.by_tool.query(tool_key(account_id, vendor, name))]
+
+
 def pin_promotion(agent_id: str, vendor: str, name: str, event: HistoryEvent, *, limit: int, keep_due: bool) -> bool:
     """Pin a promoted tool: it leaves the `due` index (unless `keep_due`: a revocation made it due
     with its own cause, which pinning does not cancel), the pin count moves on within `limit`, and

@@ -11,7 +11,6 @@ never writes over tokens newer than the ones it started from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,28 +18,15 @@ from pynamodb.exceptions import DoesNotExist
 
 from chalicelib.store.base import key_ok, page, update_if
 from chalicelib.store.models import ConnectionItem, RunItem, connection_key
-from chalicelib.store.records import Connection, Page
-
-ACTIVE = "active"
-REVOKED = "revoked"
-NEEDS_RECONNECT = "needs_reconnect"
-NOT_CONNECTED = "not_connected"
-
-
-@dataclass(frozen=True)
-class Call:
-    """One call through a connection, as its recent calls show it (never the input or result)."""
-
-    run_id: str
-    agent_id: str
-    vendor: str
-    name: str
-    version: int
-    status: str
-    error_code: str | None
-    dry_run: bool
-    created_at: datetime
-    updated_at: datetime
+from chalicelib.store.records import (  # noqa: F401 - NOT_CONNECTED: chalicelib/connections.py reads it here
+    ACTIVE,
+    NEEDS_RECONNECT,
+    NOT_CONNECTED,
+    REVOKED,
+    Call,
+    Connection,
+    Page,
+)
 
 
 def put(connection: Connection) -> None:

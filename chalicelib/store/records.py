@@ -264,6 +264,13 @@ class RunToSweep:
     decided_by: str | None = None  # a person approved it: its end is news
 
 
+# a connection's status
+ACTIVE = "active"
+REVOKED = "revoked"
+NEEDS_RECONNECT = "needs_reconnect"
+NOT_CONNECTED = "not_connected"
+
+
 @dataclass(frozen=True)
 class Connection:
     """A vendor credential's public face (the secret stays ciphertext in the store)."""
@@ -286,3 +293,19 @@ class Connection:
     token_version: int = 0  # moves on with every token change; a refresh writes only over the version it read
     status_reason: str | None = None  # why it needs a reconnect (Workset's words, never the vendor's)
     connected_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call through a connection, as its recent calls show it (never the input or result)."""
+
+    run_id: str
+    agent_id: str
+    vendor: str
+    name: str
+    version: int
+    status: str
+    error_code: str | None
+    dry_run: bool
+    created_at: datetime
+    updated_at: datetime

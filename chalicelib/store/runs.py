@@ -20,6 +20,7 @@ from typing import Any
 from pynamodb.exceptions import DoesNotExist
 
 from chalicelib.config import settings
+from chalicelib.outcomes import RunStatus
 from chalicelib.store.agents import due_fields
 from chalicelib.store.base import ConditionFailed, key_ok, page, transaction, update_if
 from chalicelib.store.models import (
@@ -37,9 +38,6 @@ from chalicelib.store.models import (
 )
 from chalicelib.store.records import ALLOW, DENY, Page, Run, RunToSweep
 
-AWAITING = "awaiting_approval"
-RUNNING = "running"
-EXPIRED = "expired"
 INLINE_RESULT_BYTES = 4096  # a result up to this size rides in the run item itself
 RESULT_SUFFIX = "#result"
 
@@ -81,7 +79,7 @@ def _start(run: Run, *, use_due_at: datetime | None, pinned: bool = False) -> No
             )
 
 
-def finish(run: Run, status: str, now: datetime, *, result: dict[str, Any] | None = None,
+def finish(run: Run, status: RunStatus, now: datetime, *, result: dict[str, Any] | None = None,
            error: dict[str, Any] | None = None, announce: bool = False, after_expiry: bool = False) -> bool:
     """End a running run with its result and release its lease. False if it was not running
     (nor, `after_expiry`, expired: a late record of the truth replaces a sweep's guess).
@@ -101,7 +99,8 @@ def finish(run: Run, status: str, now: datetime, *, result: dict[str, Any] | Non
     code = _error_code(error)
     if code is not None:
         actions.append(RunItem.error_code.set(code))  # what a connection's recent calls show
-    condition = RunItem.status.is_in(RUNNING, EXPIRED) if after_expiry else RunItem.status == RUNNING
+    condition = (RunItem.status.is_in(RunStatus.RUNNING, RunStatus.EXPIRED) if after_expiry
+                 else RunItem.status == RunStatus.RUNNING)
     return _end(run, actions, condition, now, announce=announce)
 
 
@@ -116,14 +115,14 @@ def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime, 
             write.update(
                 RunItem(run_id=run.run_id),
                 actions=[
-                    RunItem.status.set(RUNNING),
+                    RunItem.status.set(RunStatus.RUNNING),
                     RunItem.decided_by.set(approver),
                     RunItem.updated_at.set(now),
                     RunItem.lease_expires_at.set(lease_expires_at),
                     RunItem.sweep_at.set(lease_expires_at),
                     RunItem.pending_account_id.remove(),
                 ],
-                condition=(RunItem.status == AWAITING) & (RunItem.lease_expires_at > now),
+                condition=(RunItem.status == RunStatus.AWAITING) & (RunItem.lease_expires_at > now),
             )
             write.save(_decision(run, ALLOW, approver, now, shape))
             write.update(
@@ -139,16 +138,16 @@ def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime, 
 def deny(run: Run, approver: str, now: datetime, *, shape: dict[str, Any]) -> bool:
     """End a waiting run without executing it, and let the denial stand for its agent, tool and
     request shape. False if it was not waiting any more."""
-    actions = [RunItem.status.set("denied"), RunItem.updated_at.set(now), RunItem.decided_by.set(approver),
+    actions = [RunItem.status.set(RunStatus.DENIED), RunItem.updated_at.set(now), RunItem.decided_by.set(approver),
                RunItem.pending_account_id.remove()]
-    return _end(run, actions, RunItem.status == AWAITING, now, announce=True,
+    return _end(run, actions, RunItem.status == RunStatus.AWAITING, now, announce=True,
                 also=_decision(run, DENY, approver, now, shape))
 
 
 def expire(run: Run | RunToSweep, now: datetime, *, cutoff: datetime, announce: bool) -> bool:
     """End a run whose lease ran out by `cutoff` (a wait nobody decided, or a Lambda that died
     mid-run) and was still in the status it was read in; `announce` as for `finish`."""
-    actions = [RunItem.status.set(EXPIRED), RunItem.updated_at.set(now), RunItem.pending_account_id.remove()]
+    actions = [RunItem.status.set(RunStatus.EXPIRED), RunItem.updated_at.set(now), RunItem.pending_account_id.remove()]
     condition = (RunItem.status == run.status) & (RunItem.lease_expires_at <= cutoff)
     return _end(run, actions, condition, now, announce=announce)
 
@@ -234,7 +233,7 @@ def _item(run: Run) -> RunItem:
         run_id=run.run_id, agent_id=run.agent_id, account_id=run.account_id, vendor=run.vendor,
         name=run.name, version=run.version, input=run.input, dry_run=run.dry_run, status=run.status,
         created_at=run.created_at, updated_at=run.updated_at, lease_expires_at=run.lease_expires_at,
-        pending_account_id=run.account_id if run.status == AWAITING else None, ttl=_expiry(run),
+        pending_account_id=run.account_id if run.status == RunStatus.AWAITING else None, ttl=_expiry(run),
         sweep_shard=shard(run.run_id, SHARDS), sweep_at=run.lease_expires_at,
         connection_key=connection_key(run.account_id, run.connection_id) if run.connection_id else None,
     )

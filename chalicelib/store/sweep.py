@@ -8,7 +8,7 @@ from datetime import datetime
 
 from chalicelib.store.agents import due_fields, review_actions
 from chalicelib.store.base import update_if
-from chalicelib.store.models import AGENT_SK, SHARDS, AgentSettingsItem, PromotionItem, promotion_sk, tool_key
+from chalicelib.store.models import AGENT_SK, SHARDS, AgentSettingsItem, PromotionItem, promotion_sk
 
 
 def due_agents(now: datetime) -> dict[str, str | None]:
@@ -55,11 +55,6 @@ def leave_due(agent_id: str, vendor: str, name: str) -> bool:
     condition = PromotionItem.pinned_at.exists() & PromotionItem.due_cause.does_not_exist()
     return update_if(PromotionItem(agent_id=agent_id, sk=promotion_sk(vendor, name)),
                      [PromotionItem.due_at.remove(), PromotionItem.due_shard.remove()], condition)
-
-
-def agents_with_tool(account_id: str, vendor: str, name: str) -> list[str]:
-    """The agents that have this tool promoted now."""
-    return [item.agent_id for item in PromotionItem.by_tool.query(tool_key(account_id, vendor, name))]
 
 
 def make_due(agent_id: str, vendor: str, name: str, now: datetime, cause: str) -> bool:
