@@ -50,7 +50,7 @@ from chalicelib.errors import (
 )
 from chalicelib.store import connections as connection_store
 from chalicelib.store import vault
-from chalicelib.store.records import Connection, Page
+from chalicelib.store.records import ACTIVE, NOT_CONNECTED, REVOKED, Connection, Page
 from chalicelib.validation import NAME_PATTERN, parse
 from chalicelib.vendor_tokens import TokenRefused, Tokens
 
@@ -97,7 +97,7 @@ def create(account_id: str, payload: Any, now: datetime) -> Connection:
     connection = Connection(
         connection_id=connection_id, account_id=account_id, vendor=request.vendor, auth_type=request.auth.type,
         header_name=kept.header, query_name=kept.query, oauth=kept.oauth, hosts=tuple(request.hosts),
-        status=connection_store.NOT_CONNECTED if request.auth.type == AUTHORIZATION_CODE else connection_store.ACTIVE,
+        status=NOT_CONNECTED if request.auth.type == AUTHORIZATION_CODE else ACTIVE,
         created_at=now, ciphertext=vault.encrypt(kept.secret, account_id=account_id, connection_id=connection_id),
     )
     connection_store.put(connection)
@@ -119,7 +119,7 @@ def replace_auth(account_id: str, connection_id: str, payload: Any, now: datetim
                            f"{connection.header_name or connection.query_name}; add a new connection for another name",
                            field="auth.name")
     _check_token_url(request.auth, list(connection.hosts))
-    status = connection_store.NOT_CONNECTED if connection.auth_type == AUTHORIZATION_CODE else connection_store.ACTIVE
+    status = NOT_CONNECTED if connection.auth_type == AUTHORIZATION_CODE else ACTIVE
     ciphertext = vault.encrypt(kept.secret, account_id=account_id, connection_id=connection_id)
     if not connection_store.replace_secret(account_id, connection_id, auth_type=connection.auth_type,
                                            ciphertext=ciphertext, oauth=kept.oauth, status=status, now=now):
@@ -169,7 +169,7 @@ def check_usable(account_id: str, connection_id: str, vendor: str, url: str, *, 
         raise InvalidInput(f"{field}: no connection {connection_id} in this account", field=field)
     if connection.vendor != vendor:
         raise InvalidInput(f"{field}: connection {connection_id} is for vendor {connection.vendor}", field=field)
-    if connection.status == connection_store.REVOKED:
+    if connection.status == REVOKED:
         raise InvalidInput(f"{field}: connection {connection_id} is revoked", field=field)
     if require_hosts and not connection.hosts:
         raise InvalidInput(f"{field}: connection {connection_id} is not limited to hosts, so only an admin "
@@ -240,7 +240,7 @@ def authorization_url(account_id: str, connection_id: str, session: str, now: da
     connection = get(account_id, connection_id)
     if connection.auth_type != AUTHORIZATION_CODE or connection.oauth is None:
         raise InvalidInput(f"connection {connection_id} is not an OAuth authorization-code connection")
-    if connection.status == connection_store.REVOKED:
+    if connection.status == REVOKED:
         raise InvalidInput(f"connection {connection_id} is revoked; give it a new client secret first")
     state = f"{connection_id}.{secrets.token_urlsafe(32)}"
     connection_store.begin_authorization(account_id, connection_id, state_hash=_hash(state),
@@ -375,11 +375,11 @@ def _seal(connection: Connection, tokens: Tokens) -> bytes:
 
 def _usable(account_id: str, connection_id: str, url: str | None, *, consistent: bool = False) -> Connection:
     connection = connection_store.get(account_id, connection_id, consistent=consistent)
-    if connection is None or connection.status == connection_store.REVOKED:
+    if connection is None or connection.status == REVOKED:
         raise ConnectionRevoked(f"connection {connection_id} was revoked; the tool cannot run with it")
-    if connection.status == connection_store.NOT_CONNECTED:
+    if connection.status == NOT_CONNECTED:
         raise _needs_reconnect(connection_id, "no person has connected it yet")
-    if connection.status != connection_store.ACTIVE:
+    if connection.status != ACTIVE:
         raise _needs_reconnect(connection_id, connection.status_reason or "the vendor no longer takes its credential")
     if url is not None and not _admits(connection, url):
         raise InvalidInput(f"connection {connection_id} may not be sent to {urlsplit(url).netloc}")

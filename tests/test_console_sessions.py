@@ -16,9 +16,8 @@ import pytest
 from chalice.test import Client
 
 from bench.dynamo_calls import DynamoCalls
-from chalicelib import accounts
+from chalicelib import accounts, sessions
 from chalicelib.clock import utcnow
-from chalicelib.console import session as sessions
 from chalicelib.store.models import AccountItem, ConsoleSessionItem
 from tests.conftest import Admin
 from tests.test_console import Console, text

@@ -464,7 +464,7 @@ def test_a_crash_in_the_console_is_a_500_page_and_is_logged(console: Console, lo
 
 
 def test_a_crash_on_the_sign_in_page_is_a_500_page(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib.console import session as sessions
+    from chalicelib import sessions
 
     monkeypatch.setattr(sessions, "read", _boom)
     answer = client.http.get("/console/sign-in")

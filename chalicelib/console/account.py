@@ -7,8 +7,7 @@ import re
 
 from chalice import Response
 
-from chalicelib import accounts
-from chalicelib.console import session as sessions
+from chalicelib import accounts, sessions
 from chalicelib.console.common import Ctx, action, page, redirect
 from chalicelib.errors import InvalidInput
 

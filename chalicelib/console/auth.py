@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from chalice import Response
 
-from chalicelib import accounts
+from chalicelib import accounts, sessions
 from chalicelib.clock import utcnow
-from chalicelib.console import session as sessions
 from chalicelib.console.common import FORM, HOME, Ctx, action, bp, read_form, redirect, render, safe_next
 from chalicelib.errors import Unauthorized
 

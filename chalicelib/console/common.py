@@ -18,11 +18,10 @@ from urllib.parse import parse_qs, quote, urlencode
 
 from chalice import Response
 
-from chalicelib import accounts, connections, jsontext
+from chalicelib import accounts, connections, jsontext, sessions
 from chalicelib.clock import utcnow
 from chalicelib.config import body_limit, settings
 from chalicelib.console import present
-from chalicelib.console import session as sessions
 from chalicelib.errors import InvalidInput, WorksetError
 from chalicelib.responses import GuardedBlueprint
 from chalicelib.store.records import ACTIVE, Connection, Page

@@ -11,9 +11,8 @@ from urllib.parse import urlsplit
 
 from chalice import Response
 
-from chalicelib import connections, jsontext, sweep, toolbox, workingset
+from chalicelib import connections, jsontext, sessions, sweep, toolbox, workingset
 from chalicelib.clock import utcnow
-from chalicelib.console import session as sessions
 from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, bp, every, page, redirect, render
 from chalicelib.errors import InvalidInput
 

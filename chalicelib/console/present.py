@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from chalicelib.clock import iso, utcnow
@@ -41,7 +41,7 @@ def exact(moment: datetime | None) -> str:
     """`2026-11-30 07:00:00 UTC` (what the hover shows)."""
     if moment is None:
         return ""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def cause_label(value: str) -> str:

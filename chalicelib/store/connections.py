@@ -18,10 +18,9 @@ from pynamodb.exceptions import DoesNotExist
 
 from chalicelib.store.base import key_ok, page, update_if
 from chalicelib.store.models import ConnectionItem, RunItem, connection_key
-from chalicelib.store.records import (  # noqa: F401 - NOT_CONNECTED: chalicelib/connections.py reads it here
+from chalicelib.store.records import (
     ACTIVE,
     NEEDS_RECONNECT,
-    NOT_CONNECTED,
     REVOKED,
     Call,
     Connection,

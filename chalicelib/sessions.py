@@ -1,4 +1,4 @@
-"""Console sessions: a cookie holding the account id, an expiry and a random session id, signed
+"""Console sessions (the domain below the console edge): a cookie holding the account id, an expiry and a random session id, signed
 with HMAC-SHA256 under the deployment's console secret, and backed by a stored session so that
 signing out ends it for every copy of the cookie. Every form carries a CSRF token derived from
 the session id; the sign-in form, which comes before any session, carries one derived from a
