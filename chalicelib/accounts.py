@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from chalicelib import hosts, log, notify, outbound
+from chalicelib import hosts, jsontext, log, notify, outbound
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import Conflict, InvalidInput, NotFound, Unauthorized, WorksetError
@@ -83,6 +83,14 @@ def create_account(name: str, now: datetime, *, token: str | None = None) -> tup
 def account_of_admin_token(token: str) -> str | None:
     """The account an existing admin token belongs to (the local stack reuses its account)."""
     return account_store.account_of_token(hash_token(token))
+
+
+def bearer(authorization: str | None) -> str | None:
+    """The token an `Authorization: Bearer <token>` header carries; None for no header, another
+    scheme, or a token that is not text."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token and jsontext.text_fault(token) is None else None
 
 
 def authenticate_admin(token: str | None) -> str:

@@ -91,7 +91,7 @@ def drain() -> int:
     for agent_id in outbox.pending():
         try:
             state = agent_store.load_state(agent_id)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - a failed enqueue is logged and left to the next sweep
             log.failure("webhook.enqueue_failed", error, agent_id=agent_id, left_to="next sweep")
             continue
         if state is not None and _hand_over(agent_id, state.change_seq, len(state.promotions)):
@@ -109,7 +109,7 @@ def _hand_over(agent_id: str, seq: int, size: int) -> bool:
             "event_id": f"evt_{agent_id}_{seq}", "at": iso(utcnow()),
         }])
         outbox.clear(agent_id, seq)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - a failed enqueue is logged and left to the sweep's drain
         log.failure("webhook.enqueue_failed", error, agent_id=agent_id, seq=seq, left_to="sweep drain")
         return False
     return True
@@ -128,7 +128,7 @@ def run_finished(run: Run | RunToSweep) -> bool:
             "type": RUN_FINISHED_TYPE, "agent_id": run.agent_id, "run_id": run.run_id, "status": run.status,
             "event_id": f"evt_{run.run_id}_{run.status}", "at": iso(utcnow()),
         }])
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - a failed enqueue is logged and left to the next sweep
         log.failure("webhook.enqueue_failed", error, agent_id=run.agent_id, run_id=run.run_id, left_to="next sweep")
         return False
     return True
@@ -146,7 +146,7 @@ def consume(deliveries: list[Message], remaining_ms: Callable[[], int] | None = 
 
     Given the Lambda's `remaining_ms`, no delivery starts that its deadline could not finish in
     time: the rest are reported failed untouched, and SQS hands them out again."""
-    failed = []
+    failed: list[str] = []
     for position, delivery in enumerate(deliveries):
         if remaining_ms is not None and remaining_ms() < _delivery_budget_ms():
             left = deliveries[position:]
@@ -171,7 +171,7 @@ def _consume_one(delivery: Message) -> bool:
     facts: dict[str, Any] = {"message_id": delivery.message_id, "attempt": delivery.receive_count}
     try:
         outcome = deliver(_read(delivery.body), facts)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - a failed delivery is retried by SQS, never lost
         queues.retry_later(settings().webhook_queue, delivery.receipt_handle, backoff(delivery.receive_count))
         last_try = delivery.receive_count >= queues.MAX_RECEIVES
         metrics = _delivery_metrics(failed=1, dead_lettered=int(last_try))

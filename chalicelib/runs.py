@@ -239,7 +239,7 @@ def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
         vendor_ms = log.elapsed_ms(sending) if sent else None
     except WorksetError as error:
         outcome = failure(error)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - no exception may leave a run running
         log.failure("run_crashed", error, run_id=run.run_id, agent_id=run.agent_id, account_id=run.account_id)
         outcome = failure(InternalError(f"Workset failed while running {run.run_id}; it is logged"))
     answer = _record_end(run, outcome, waited=waited, sent=sent)
@@ -257,7 +257,7 @@ def _record_end(run: Run, outcome: Outcome, *, waited: bool, sent: bool) -> Outc
     answer = replace(outcome, list_changed=False, run_id=run.run_id)
     try:
         _finish(run, status, utcnow(), stored, announce=waited)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - the end goes to the work queue instead
         log.failure("run.end_unrecorded", error, metrics=[log.Metric("RunEndsUnrecorded", 1)], run_id=run.run_id,
                     agent_id=run.agent_id, left_to="work queue")
         if _defer_end(run, status, stored, waited=waited):
@@ -295,7 +295,7 @@ def _defer_end(run: Run, status: RunStatus, stored: dict[str, Any], *, waited: b
     try:
         queues.send(settings().sweep_queue, [{"type": DEFERRED_END, "run_id": run.run_id, "status": status,
                                               "outcome": stored, "announce": waited}])
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - logged; the lease's expiry ends the run
         log.failure("run.end_lost", error, run_id=run.run_id, agent_id=run.agent_id, left_to="lease expiry")
         return False
     log.event("run.end_deferred", run_id=run.run_id, agent_id=run.agent_id, status=status)

@@ -128,7 +128,7 @@ def review_all(agent_ids: Iterable[str], now: datetime, report: Report | None = 
             state = agent_store.load_state(agent_id)
             if state is not None:
                 review(state, now, report)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - one agent's failure must not stop the sweep
             log.failure("sweep.agent_failed", error, agent_id=agent_id, left_to="next sweep")
             report.failed.append({"agent_id": agent_id, "error": type(error).__name__})
     return report
@@ -139,7 +139,7 @@ def _step(report: Report, name: str, step: Callable[[], Any], fallback: Any) -> 
     reported in `failed`)."""
     try:
         return step()
-    except Exception as error:  # the rule goes on without this step; the next sweep tries it again
+    except Exception as error:  # noqa: BLE001 - the rule goes on without this step; the next sweep tries it again
         log.failure("sweep.step_failed", error, step=name, left_to="next sweep")
         report.failed.append({"step": name, "error": type(error).__name__})
         return fallback

@@ -39,6 +39,12 @@ STRAY_BRACE = re.compile(r"[{}]")
 URL_SAFE = "/:@!$&'()*+,;=-._~%{}?"  # characters a URL's path and query keep as they are
 
 
+def first_line(text: str, limit: int) -> str:
+    """A description's first line, cut to `limit` characters (an ellipsis marks the cut)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 class Annotations(BaseModel):
     """MCP tool annotations; absent hints take MCP's defaults (a tool writes unless read-only)."""
 

@@ -47,10 +47,7 @@ def admin_route(path: str, method: str, status: int = 200) -> Callable[[Callable
 
 def bearer() -> str | None:
     """The admin token the request carries (one that is not text counts as none)."""
-    value = bp.current_request.headers.get("authorization", "")
-    scheme, _, token = value.partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token and jsontext.text_fault(token) is None else None
+    return accounts.bearer(bp.current_request.headers.get("authorization"))
 
 
 def body() -> Any:

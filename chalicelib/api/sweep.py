@@ -3,7 +3,7 @@ local stack."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chalicelib import sweep
@@ -13,8 +13,8 @@ from chalicelib.config import settings
 from chalicelib.errors import InvalidInput
 
 # a century either way of the chosen `now` must still be a date
-_EARLIEST = datetime.min.replace(tzinfo=timezone.utc) + timedelta(days=36525)
-_LATEST = datetime.max.replace(tzinfo=timezone.utc) - timedelta(days=36525)
+_EARLIEST = datetime.min.replace(tzinfo=UTC) + timedelta(days=36525)
+_LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=36525)
 
 
 @admin_route("/v1/sweep", "POST")
@@ -31,7 +31,7 @@ def _now(body: dict[str, Any]) -> datetime:
     if not isinstance(body["now"], str):  # parse_iso(5) would be an AttributeError
         raise bad
     try:
-        moment = parse_iso(body["now"]).astimezone(timezone.utc)
+        moment = parse_iso(body["now"]).astimezone(UTC)
     except (ValueError, OverflowError):  # "9999-12-31T23:59:59-01:00" parses, then overflows
         raise bad from None
     if not _EARLIEST <= moment <= _LATEST:  # the rule subtracts idle spans from it

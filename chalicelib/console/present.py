@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from chalicelib import toolbox
 from chalicelib.clock import iso, utcnow
 from chalicelib.imports import MCP, NEW_VERSION, OPENAPI
 from chalicelib.mcp.metatools import META_TOOLS, tool_definition
@@ -96,8 +97,7 @@ def counted(counts: dict[str, int] | None) -> str:
 
 def first_line(text: str, limit: int = 160) -> str:
     """A description's first line, cut to fit a table cell."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return toolbox.first_line(text, limit)
 
 
 def pretty(value: Any) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,7 +14,7 @@ from chalicelib import jsontext, runs, toolbox, workingset
 from chalicelib.errors import ConnectionNotInScope, ToolUnavailable
 from chalicelib.outcomes import Outcome, RunStatus
 from chalicelib.store.records import AgentState
-from chalicelib.toolbox import NAME_PATTERN, Tool, ToolSpec
+from chalicelib.toolbox import NAME_PATTERN, Tool, ToolSpec, first_line
 from chalicelib.validation import parse
 from chalicelib.workingset import Cause, PromotedBy
 
@@ -169,14 +169,13 @@ def _find_tool(call: Call, raw: Any) -> Outcome:
 def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
     spec = tool.spec
     promotion = state.promotion(spec.vendor, spec.name)
-    line = spec.description.strip().splitlines()[0] if spec.description.strip() else ""
     hit: dict[str, Any] = {
         "vendor": spec.vendor,
         "name": spec.name,
         "promoted": promotion is not None,
         "readOnlyHint": bool(spec.annotations.readOnlyHint),
         "destructiveHint": spec.annotations.destructiveHint is not False and not spec.annotations.readOnlyHint,
-        "description": line if len(line) <= DESCRIPTION_LINE else line[: DESCRIPTION_LINE - 1] + "…",
+        "description": first_line(spec.description, DESCRIPTION_LINE),
         "input_schema": spec.input_schema,  # enough to run_tool it at once, without a promote
         "searchHint": search_hint(tool),
         "available": True,
@@ -246,7 +245,7 @@ def _get_run(call: Call, raw: Any) -> Outcome:
     if run.result is not None:
         answer["result"] = run.result
     if run.error is not None:
-        answer["error"] = run.error["error"] if "error" in run.error else run.error
+        answer["error"] = run.error.get("error", run.error)
     return Outcome(structured=answer)
 
 

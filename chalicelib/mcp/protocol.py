@@ -174,9 +174,8 @@ def _modern_envelope(
     if headers.get("mcp-method") != message["method"]:
         raise ProtocolError(HEADER_MISMATCH, "Mcp-Method header does not match the request body's method")
     name_key = NAME_BEARING.get(message["method"])
-    if name_key and params.get(name_key) is not None:
-        if _decode_header(headers.get("mcp-name")) != params[name_key]:
-            raise ProtocolError(HEADER_MISMATCH, f"Mcp-Name header does not match the request body's {name_key}")
+    if name_key and params.get(name_key) is not None and _decode_header(headers.get("mcp-name")) != params[name_key]:
+        raise ProtocolError(HEADER_MISMATCH, f"Mcp-Name header does not match the request body's {name_key}")
     if version not in MODERN_PROTOCOL_VERSIONS:
         raise ProtocolError(
             UNSUPPORTED_PROTOCOL_VERSION,

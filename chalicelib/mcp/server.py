@@ -56,7 +56,7 @@ LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 
 def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = None) -> HttpAnswer:
     """Answer one POST to /mcp. `headers` are keyed by lower-case name."""
-    presented = _bearer(headers.get("authorization"))
+    presented = accounts.bearer(headers.get("authorization"))
     try:
         state = accounts.authenticate_agent(presented)
     except WorksetError as error:
@@ -194,13 +194,6 @@ def _capabilities(*, modern: bool = False) -> dict[str, Any]:
     if modern:
         capabilities["extensions"] = {tasks.EXTENSION: {}}
     return capabilities
-
-
-def _bearer(value: str | None) -> str | None:
-    if not value:
-        return None
-    scheme, _, token = value.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else None
 
 
 LEGACY_METHODS: dict[str, Handler] = {
