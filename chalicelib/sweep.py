@@ -32,10 +32,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from chalicelib import connections, imports, log, notify, runs, toolbox, upstreams
+from chalicelib import connections, imports, log, notify, runs, toolbox, upstreams, workingset
 from chalicelib.config import settings
 from chalicelib.store import agents as agent_store
 from chalicelib.store import queues
@@ -212,8 +212,7 @@ def _idle_cause(state: AgentState, promotion: Promotion, now: datetime) -> Cause
         return Cause(promotion.due_cause)  # a revoked connection demotes a pinned tool too
     if promotion.pinned:
         return None
-    last_activity = promotion.last_used_at or promotion.promoted_at
-    if last_activity + timedelta(days=state.agent.idle_window_days) < now:
+    if workingset.idle_deadline(state, promotion.last_used_at or promotion.promoted_at) < now:
         return Cause.IDLE
     return None
 
@@ -244,13 +243,12 @@ def _keep_books(state: AgentState, remaining: list[Promotion]) -> None:
     """Correct idle deadlines that no longer match the settings (so the due index does not keep
     returning them), take pinned tools out of the index (a use that raced a pin put one back),
     and drop the review flag the sweep acted on."""
-    window = timedelta(days=state.agent.idle_window_days)
     for promotion in remaining:
         if promotion.pinned:
             if promotion.due_at is not None and not promotion.due_cause:
                 sweep_store.leave_due(state.agent.agent_id, promotion.vendor, promotion.name)
             continue
-        deadline = (promotion.last_used_at or promotion.promoted_at) + window
+        deadline = workingset.idle_deadline(state, promotion.last_used_at or promotion.promoted_at)
         if promotion.due_at != deadline:
             sweep_store.move_deadline(state.agent.agent_id, promotion.vendor, promotion.name, deadline,
                                       last_used_at=promotion.last_used_at)

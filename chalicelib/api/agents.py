@@ -73,14 +73,14 @@ def working_set(account_id: str, agent_id: str) -> dict[str, Any]:
 def promote(account_id: str, agent_id: str) -> dict[str, Any]:
     ref = tool_ref(body())
     state = accounts.get_state(account_id, agent_id)
-    change = workingset.promote(state, *ref, by=PromotedBy.CONSOLE, actor="admin", now=utcnow())
+    change = workingset.promote(state, *ref, by=PromotedBy.CONSOLE, actor=accounts.ADMIN, now=utcnow())
     return {"size": change.size, "changed": change.changed}
 
 
 @admin_route("/v1/agents/{agent_id}/working-set/{vendor}/{name}", "DELETE")
 def demote(account_id: str, agent_id: str, vendor: str, name: str) -> dict[str, Any]:
     state = accounts.get_state(account_id, agent_id)
-    change = workingset.demote(state, vendor, name, cause=Cause.CONSOLE, actor="admin", now=utcnow())
+    change = workingset.demote(state, vendor, name, cause=Cause.CONSOLE, actor=accounts.ADMIN, now=utcnow())
     return {"size": change.size, "changed": change.changed}
 
 

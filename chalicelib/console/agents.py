@@ -21,7 +21,6 @@ from chalicelib.store.records import Agent, AgentState, Promotion, Run
 from chalicelib.toolbox import Tool
 from chalicelib.workingset import Cause, PromotedBy
 
-ACTOR = accounts.ADMIN  # who the console acts as in history (the admin API's actor too)
 RECENT_RUNS = 10
 PICKER_SIZE = 20
 RANGES = {"cap": accounts.CAP_RANGE, "idle_window_days": accounts.IDLE_WINDOW_RANGE}
@@ -97,7 +96,7 @@ def save_connection_scope(ctx: Ctx, agent_id: str) -> Response:
 def promote(ctx: Ctx, agent_id: str) -> Response:
     state = accounts.get_state(ctx.account_id, agent_id)
     vendor, name = _form_tool(ctx)
-    workingset.promote(state, vendor, name, by=PromotedBy.CONSOLE, actor=ACTOR, now=ctx.now)
+    workingset.promote(state, vendor, name, by=PromotedBy.CONSOLE, actor=accounts.ADMIN, now=ctx.now)
     return _done(agent_id, "promoted", vendor, name)
 
 
@@ -106,7 +105,7 @@ def pin(ctx: Ctx, agent_id: str) -> Response:
     state = accounts.get_state(ctx.account_id, agent_id)
     vendor, name = _form_tool(ctx)
     try:
-        workingset.pin(state, vendor, name, cause=Cause.CONSOLE, actor=ACTOR, now=ctx.now)
+        workingset.pin(state, vendor, name, cause=Cause.CONSOLE, actor=accounts.ADMIN, now=ctx.now)
     except PinLimit as error:
         return _agent_page(ctx, agent_id, error.status, pin_error=error.message)
     return _done(agent_id, "pinned", vendor, name)
@@ -116,7 +115,7 @@ def pin(ctx: Ctx, agent_id: str) -> Response:
 def unpin(ctx: Ctx, agent_id: str) -> Response:
     state = accounts.get_state(ctx.account_id, agent_id)
     vendor, name = _form_tool(ctx)
-    workingset.unpin(state, vendor, name, cause=Cause.CONSOLE, actor=ACTOR, now=ctx.now)
+    workingset.unpin(state, vendor, name, cause=Cause.CONSOLE, actor=accounts.ADMIN, now=ctx.now)
     return _done(agent_id, "unpinned", vendor, name)
 
 
@@ -124,7 +123,7 @@ def unpin(ctx: Ctx, agent_id: str) -> Response:
 def demote(ctx: Ctx, agent_id: str) -> Response:
     state = accounts.get_state(ctx.account_id, agent_id)
     vendor, name = _form_tool(ctx)
-    workingset.demote(state, vendor, name, cause=Cause.CONSOLE, actor=ACTOR, now=ctx.now)
+    workingset.demote(state, vendor, name, cause=Cause.CONSOLE, actor=accounts.ADMIN, now=ctx.now)
     return _done(agent_id, "demoted", vendor, name)
 
 

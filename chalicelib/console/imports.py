@@ -18,7 +18,6 @@ from chalicelib.console.common import Ctx, action, active_connections, page
 from chalicelib.errors import WorksetError
 from chalicelib.imports import Report
 
-PUBLISHER = accounts.ADMIN  # who published, as the admin API records it
 FIELDS = ("vendor", "document", "url", "server", "connection", "include", "exclude")
 ENTRIES = re.compile(r"[,\r\n]+")  # include/exclude: comma or line separated (a tag may hold spaces)
 
@@ -35,7 +34,7 @@ def import_document(ctx: Ctx) -> Response:
     checked = _digest(payload)
     publish = ctx.form.get("step") == "publish" and ctx.form.get("checked") == checked
     try:
-        report = imports.import_openapi(ctx.account_id, {**payload, "dry_run": not publish}, PUBLISHER, ctx.now)
+        report = imports.import_openapi(ctx.account_id, {**payload, "dry_run": not publish}, accounts.ADMIN, ctx.now)
     except WorksetError as error:  # the form again, as typed, with the reason: nothing was stored
         return _page(ctx, error.status, values=values, error=error.message)
     changed = ctx.form.get("step") == "publish" and not publish

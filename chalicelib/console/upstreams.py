@@ -10,7 +10,6 @@ from chalicelib.console.common import ALL_PAGE, Ctx, action, active_connections,
 from chalicelib.errors import WorksetError
 from chalicelib.imports import Report
 
-PUBLISHER = accounts.ADMIN  # who published the versions a person's sync brings
 FIELDS = ("vendor", "url", "connection")
 
 
@@ -24,7 +23,7 @@ def register(ctx: Ctx) -> Response:
     values = {name: ctx.form.get(name, "").strip() for name in FIELDS}
     payload = {"vendor": values["vendor"], "url": values["url"], "connection": values["connection"] or None}
     try:
-        _, report = upstreams.register(ctx.account_id, payload, PUBLISHER, ctx.now)
+        _, report = upstreams.register(ctx.account_id, payload, accounts.ADMIN, ctx.now)
     except WorksetError as error:  # refused or unreachable: nothing registered
         return _page(ctx, error.status, values=values, error=error.message, failed="register")
     return _page(ctx, report=report, done="registered")
@@ -33,7 +32,7 @@ def register(ctx: Ctx) -> Response:
 @action("/console/upstreams/{vendor}/sync")
 def sync(ctx: Ctx, vendor: str) -> Response:
     try:
-        report = upstreams.sync(ctx.account_id, vendor, PUBLISHER, ctx.now)
+        report = upstreams.sync(ctx.account_id, vendor, accounts.ADMIN, ctx.now)
     except WorksetError as error:  # the list shows the failure too: sync remembers it
         return _page(ctx, error.status, error=error.message, failed="sync", vendor=vendor)
     return _page(ctx, report=report, done="synced")
