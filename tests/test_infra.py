@@ -1798,7 +1798,8 @@ NETWORK_TROUBLE = re.compile(
 
 def _skip_if_offline(output: str) -> None:
     """`chalice package` says `NoSuchPackageError` both for a requirement that does not exist and
-    for a package index it cannot reach; ask pip which of the two it is."""
+    for a package index it cannot reach; ask pip which of the two it is. Offline, the packaged
+    template's tests skip, except under CI (the `CI` variable set), where they fail."""
     missing = re.search(r"Could not satisfy the requirement: (\S+)", output)
     if not missing:
         return
@@ -1809,8 +1810,28 @@ def _skip_if_offline(output: str) -> None:
             capture_output=True, text=True, timeout=300, check=False,
         )
     if probe.returncode != 0 and NETWORK_TROUBLE.search(probe.stdout + probe.stderr):
-        pytest.skip(f"chalice package needs the package index to vendor {missing.group(1)}, "
-                    "and this machine cannot reach it")
+        reason = f"chalice package needs the package index to vendor {missing.group(1)}, and this machine cannot reach it"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must package the template: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.mark.parametrize("ci, outcome", [("true", pytest.fail.Exception), (None, pytest.skip.Exception)])
+def test_an_unreachable_package_index_fails_the_packaged_checks_under_ci_and_skips_them_elsewhere(
+    ci: str | None, outcome: type[BaseException], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN chalice package could not vendor a requirement, and pip cannot reach the index either
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    offline = subprocess.CompletedProcess([], 1, stdout="", stderr="Failed to establish a NewConnectionError")
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: offline)
+    # WHEN the packaging fixture asks whether to skip
+    # THEN under CI the checks fail, elsewhere they skip
+    with pytest.raises((pytest.fail.Exception, pytest.skip.Exception)) as ended:
+        _skip_if_offline("Could not satisfy the requirement: numpy==2.2.6")
+    assert ended.type is outcome
 
 
 @pytest.fixture(scope="module")
