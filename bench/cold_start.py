@@ -261,7 +261,7 @@ def import_breakdown(top: int, bytecode: dict[str, str]) -> list[tuple[str, floa
 
 def stored_toolbox(path: Path) -> list[dict[str, Any]]:
     """The bench toolbox with each tool's vector computed here, as publishing stores it."""
-    from chalicelib.search import VECTOR_VERSION, document_vector
+    from chalicelib.search.documents import VECTOR_VERSION, document_vector
 
     tools = json.loads(path.read_text(encoding="utf-8")) if path.exists() else SMALL_TOOLBOX
     return [{"vendor": t["vendor"], "name": t["name"], "description": t["description"],

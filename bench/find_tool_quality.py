@@ -1,4 +1,4 @@
-"""Quality and speed figures for find_tool's ranking (chalicelib/search.py).
+"""Quality and speed figures for find_tool's ranking (chalicelib/search/).
 
 Run from the project root:  python bench/find_tool_quality.py [--sample N]
 
@@ -36,7 +36,9 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from chalicelib import embedder  # noqa: E402
-from chalicelib.search import Document, SearchIndex, _wordllama, document_vector  # noqa: E402
+from chalicelib.search.documents import Document, document_vector
+from chalicelib.search.index import SearchIndex
+from chalicelib.search.static import wordllama
 
 TUNING_EVERY = 10  # parameters were picked on queries whose index % 10 == 0
 PAD_TO = 10_000
@@ -130,7 +132,7 @@ def main() -> None:
     embedder.model()
     minilm_load = time.perf_counter() - start
     start = time.perf_counter()
-    _wordllama()
+    wordllama()
     wordllama_load = time.perf_counter() - start
 
     meta_docs, meta_vectors = with_vectors(load_tools(bench / "metatool" / "tools.json"))

@@ -68,12 +68,13 @@ def main() -> None:
 
 def run(args: argparse.Namespace) -> None:
     from bench.find_tool_quality import PAD_TO, SEED, load_tools, variants
-    from chalicelib import embedder, indexes, search, toolbox
+    from chalicelib import embedder, indexes, toolbox
+    from chalicelib.search import static
     from chalicelib.store import tables
 
     tables.create_all()
     embedder.model()
-    search._wordllama()
+    static.wordllama()
     bench = Path("/work/shared/bench")
     base = load_tools(bench / "metatool" / "tools.json") + load_tools(bench / "livemcpbench" / "tools.json")
     print(f"## Search index updates and memory ({datetime.date.today().isoformat()}, {args.tools:,} tools)")
@@ -135,10 +136,11 @@ def measured(accounts: list[str], budget: float | None) -> dict:
 
 def searched(accounts: list[str]) -> None:
     """(In the child) search each account once, in turn; print RSS, indexes held and their estimate."""
-    from chalicelib import embedder, indexes, search, toolbox
+    from chalicelib import embedder, indexes, toolbox
+    from chalicelib.search import static
 
     embedder.model()
-    search._wordllama()
+    static.wordllama()
     base = rss()
     rows = []
     for number, account_id in enumerate(accounts):
@@ -154,7 +156,7 @@ def seed(docs: list, count: int, number: int) -> str:
 
     from chalicelib import accounts
     from chalicelib.clock import utcnow
-    from chalicelib.search import VECTOR_VERSION
+    from chalicelib.search.documents import VECTOR_VERSION
     from chalicelib.store.models import AccountItem, ToolHeadItem, head_sk
 
     now = utcnow()
@@ -174,7 +176,7 @@ def seed(docs: list, count: int, number: int) -> str:
 
 def publish(account_id: str, number: int) -> None:
     from chalicelib.clock import utcnow
-    from chalicelib.search import VECTOR_VERSION, document_vector
+    from chalicelib.search.documents import VECTOR_VERSION, document_vector
     from chalicelib.store import tools as tool_store
 
     name, description = f"published-{number}", f"Publish number {number}: refunds a charge to the buyer."

@@ -134,7 +134,7 @@ def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidat
         for head in gone]
     if dry_run:
         return Report(vendor, True, lines)
-    from chalicelib.search import VECTOR_VERSION
+    from chalicelib.search.documents import VECTOR_VERSION
 
     # unchanged tools still without a vector well after they were published (their queue message
     # was lost): queued again
@@ -150,7 +150,7 @@ def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidat
 def fill_vectors(message: dict[str, Any]) -> None:
     """A work queue message: compute and store the search vectors of a batch of imported
     versions (raises while the store fails, so SQS tries again)."""
-    from chalicelib.search import VECTOR_VERSION, document_vectors
+    from chalicelib.search.documents import VECTOR_VERSION, document_vectors
 
     account_id = str(message["account_id"])
     wanted = [(str(vendor), str(name), int(version)) for vendor, name, version in message["tools"]]
@@ -210,7 +210,7 @@ def _write(account_id: str, planned: list[_Planned], stale: list[ToolVersion], p
     """Write the plan: versions in batches (a batch that lost a race to another publish falls back
     to one tool at a time), then restorations. Answers the lines as written and how many vectors
     the work queue will compute (for the new versions, when there are many, and for `stale`)."""
-    from chalicelib.search import VECTOR_VERSION, document_vectors
+    from chalicelib.search.documents import VECTOR_VERSION, document_vectors
 
     news = [plan.new for plan in planned if plan.new is not None]
     inline = len(news) <= INLINE_VECTORS

@@ -28,7 +28,8 @@ from chalicelib.store import tools as tool_store
 from chalicelib.store.records import ToolVersion
 
 if TYPE_CHECKING:
-    from chalicelib.search import Document, SearchIndex
+    from chalicelib.search.documents import Document
+    from chalicelib.search.index import SearchIndex
 
 INLINE_VECTORS = 64  # search vectors computed within one request (about 15 ms each); more go to the work queue
 MAX_CHANGED = 2_000  # past this many changed tools (20 batch reads) a full read is cheaper
@@ -88,7 +89,7 @@ def _refresh(account_id: str, revision: int) -> bool:
             index = entry.index.updated(_documents(list(heads.values())))
             _entries[account_id] = _Entry(revision, index, index.nbytes)
             return False
-    from chalicelib.search import SearchIndex  # numpy and the models: only where a search runs
+    from chalicelib.search.index import SearchIndex  # numpy and the models: only where a search runs
 
     del entry
     _make_room(account_id)
@@ -159,7 +160,7 @@ def _documents(heads: Iterable[ToolVersion]) -> list[Document]:
     needs of each head as it is read. A few missing vectors are computed by the index; many (a
     large import whose vectors the work queue is still computing) would stall this search, so
     they rank without the sentence signal until they arrive."""
-    from chalicelib.search import PENDING, VECTOR_VERSION, Document
+    from chalicelib.search.documents import PENDING, VECTOR_VERSION, Document
 
     documents = [Document(key=_key(head.vendor, head.name), vendor=head.vendor, name=head.name,
                           description=str(head.definition.get("description", "")),

@@ -403,7 +403,7 @@ def shape_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[
 def _publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, *, owner: str | None = None) -> Tool:
     # Imported here, not at the top: search loads numpy and the models, which only publishing
     # and find_tool need; every other request's cold start skips them.
-    from chalicelib.search import VECTOR_VERSION, document_vector
+    from chalicelib.search.documents import VECTOR_VERSION, document_vector
 
     definition = spec.model_dump(mode="json", exclude_none=True)
     vector = document_vector(spec.vendor, spec.name, spec.description)  # once per version, not per search

@@ -9,9 +9,13 @@ import numpy as np
 import pytest
 
 from bench.dynamo_calls import DynamoCalls
-from chalicelib import accounts, indexes, search
+from chalicelib import accounts, indexes
 from chalicelib.clock import utcnow
-from chalicelib.search import Document, SearchIndex, _Terms, document_vector
+from chalicelib.search import bm25, documents, text
+from chalicelib.search import index as search_index
+from chalicelib.search.bm25 import Terms
+from chalicelib.search.documents import Document, document_vector
+from chalicelib.search.index import SearchIndex
 from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed
 from chalicelib.store.models import ToolChangeItem, change_partition, change_sk
@@ -124,7 +128,7 @@ def test_keyword_scores_after_updates_equal_a_fresh_builds(stored: list[Document
     fresh = SearchIndex.build([*stored, *changed])
     # WHEN both score the same words
     for query in QUERIES:
-        words = search._content_words(query)
+        words = text.content_words(query)
         ours = _by_key(updated, updated._signals.lexicon.scores(words))
         theirs = _by_key(fresh, fresh._signals.lexicon.scores(words))
         # THEN BM25 and the name share are the same for every tool
@@ -145,7 +149,7 @@ def test_an_updated_index_ranks_like_a_fresh_build(stored: list[Document]) -> No
 
 def test_too_many_changes_rebuild_the_index_whole(stored: list[Document], monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN an index, and a rebuild share of 20%
-    monkeypatch.setattr(search, "REBUILD_SHARE", 0.2)
+    monkeypatch.setattr(search_index, "REBUILD_SHARE", 0.2)
     index = SearchIndex.build(stored[:8])
     # WHEN one change comes, then more than the share
     once = index.updated([stored[8]])
@@ -158,7 +162,7 @@ def test_too_many_changes_rebuild_the_index_whole(stored: list[Document], monkey
 
 def test_a_pending_vector_that_arrives_joins_the_sentence_signal(stored: list[Document]) -> None:
     # GIVEN an index where one tool's vector is still being computed
-    pending = Document(stored[9].key, "metoffice", "dailyweatherreport", stored[9].description, search.PENDING)
+    pending = Document(stored[9].key, "metoffice", "dailyweatherreport", stored[9].description, documents.PENDING)
     index = SearchIndex.build([*stored[:9], pending])
     # WHEN its vector arrives
     updated = index.updated([stored[9]])
@@ -175,9 +179,9 @@ def _by_key(index: SearchIndex, scores: tuple[np.ndarray, np.ndarray]) -> dict[s
 def test_terms_count_name_words_more_than_description_words() -> None:
     # GIVEN a tool whose name and description share a word
     # WHEN its terms are taken for the lexicon
-    terms = _Terms.of(doc("acme", "list-orders", "List every order."), ["list", "orders"])
+    terms = Terms.of(doc("acme", "list-orders", "List every order."), ["list", "orders"])
     # THEN a name word counts NAME_WEIGHT times, a description word once, and the name's terms are marked
-    assert terms.freqs["order"] == search.NAME_WEIGHT + 1 and terms.named == {"acme", "list", "order"}
+    assert terms.freqs["order"] == bm25.NAME_WEIGHT + 1 and terms.named == {"acme", "list", "order"}
 
 
 # --- the warm instance --------------------------------------------------------------------------

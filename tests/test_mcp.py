@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
-from tests.conftest import Admin, Mcp, Vendor, tool_spec
+from tests.conftest import LEGACY, Admin, Mcp, Vendor, tool_spec
 
 META = ["find_tool", "promote", "demote", "run_tool", "acquire", "get_run", "pin", "unpin"]
 
@@ -206,11 +207,32 @@ def test_first_class_call_validates_input_naming_the_field(admin: Admin, mcp: Mc
     assert vendor.received == []
 
 
-@pytest.mark.parametrize("content_type", [None, "application/json"])
+def _post_raw(mcp: Mcp, body: bytes, headers: dict[str, str]) -> Any:
+    """POST /mcp with exactly these headers (Mcp.post always adds a Content-Type and a key)."""
+    return mcp.client.http.post("/mcp", headers={"MCP-Protocol-Version": LEGACY, **headers}, body=body)
+
+
+@pytest.mark.parametrize("content_type", [None, "application/json", "application/json; charset=utf-8"])
 def test_bad_json_is_parse_error_400(mcp: Mcp, content_type: str | None) -> None:
-    response = mcp.post("tools/list", raw=b"{not json")
+    # GIVEN a body that is no JSON, sent with the content type (or none: Chalice then assumes JSON)
+    headers = {"Authorization": f"Bearer {mcp.key}"} | ({"Content-Type": content_type} if content_type else {})
+    # WHEN it is posted
+    response = _post_raw(mcp, b"{not json", headers)
+    # THEN it is a parse error, not a refused content type
     assert response.status_code == 400
     assert response.json_body["error"]["code"] == -32700
+
+
+def test_no_authorization_header_is_401_with_a_bearer_challenge(mcp: Mcp) -> None:
+    # GIVEN a well-formed request that carries no Authorization header at all
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}).encode()
+    # WHEN it is posted
+    response = _post_raw(mcp, body, {"Content-Type": "application/json"})
+    # THEN it is refused with a Bearer challenge naming the resource metadata, and no token error
+    # (RFC 6750 3.1: `invalid_token` only when a token was sent)
+    challenge = response.headers["WWW-Authenticate"]
+    assert response.status_code == 401
+    assert challenge.startswith("Bearer resource_metadata=") and "invalid_token" not in challenge
 
 
 def test_unknown_method_is_method_not_found(any_mcp: Mcp) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from chalicelib.clock import iso, utcnow
+from chalicelib.store import outbox
 from tests.conftest import Admin, Mcp, Vendor
 
 SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
@@ -63,16 +64,31 @@ def test_listen_acknowledges_then_closes_cleanly_when_nothing_changes(mcp: Mcp, 
     assert answer.json_body["result"]["resultType"] == "complete"
 
 
-def test_listen_yields_a_change_made_by_another_client_of_the_same_agent(admin: Admin, mcp: Mcp, tools: None,
-                                                                          agent: dict, settings_env) -> None:
+def test_listen_yields_a_change_made_by_another_client_of_the_same_agent(
+    admin: Admin, mcp: Mcp, tools: None, agent: dict, settings_env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a held listen during which, after it read the agent's state and before its first poll,
+    # the agent's set is changed through the admin API (on another thread, as another request is)
     settings_env(WORKSET_LISTEN_HOLD_SECONDS="10")
     mcp.modern = True
     other_client = Mcp(mcp.client, agent["api_key"], modern=True)
-    promoting = threading.Timer(0.3, lambda: admin.call(
-        "POST", f"/v1/agents/{agent['id']}/working-set", {"vendor": "shop", "name": "a"}))
-    promoting.start()
+    polls: list[int] = []
+    change_seq = outbox.change_seq
+
+    def promote_then_poll(agent_id: str) -> int:
+        if not polls:
+            promoting = threading.Thread(target=lambda: admin.call(
+                "POST", f"/v1/agents/{agent['id']}/working-set", {"vendor": "shop", "name": "a"}))
+            promoting.start()
+            promoting.join()
+        polls.append(1)
+        return change_seq(agent_id)
+
+    monkeypatch.setattr(outbox, "change_seq", promote_then_poll)
+    # WHEN the agent listens
     answer = mcp.post("subscriptions/listen", {"notifications": {"toolsListChanged": True}})
-    promoting.join()
+    # THEN the change is told on the listen, at its first poll, and the other client lists the tool
+    assert len(polls) == 1
     methods = [n["method"] for n in answer.notifications]
     assert methods == ["notifications/subscriptions/acknowledged", "notifications/tools/list_changed"]
     assert answer.notifications[1]["params"]["_meta"][SUBSCRIPTION] == answer.json_body["id"]

