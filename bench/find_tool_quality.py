@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 # turns sub-millisecond products into 15 ms spikes. Set the variable to compare.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from chalicelib import embedder  # noqa: E402
+from chalicelib import embedder
 from chalicelib.search.documents import Document, document_vector
 from chalicelib.search.index import SearchIndex
 from chalicelib.search.static import wordllama

@@ -305,7 +305,7 @@ def test_import_does_not_load_model_libraries() -> None:
 
 def test_a_published_tool_keeps_its_search_vector_so_a_cold_index_embeds_nothing(admin, mcp, monkeypatch) -> None:
     # GIVEN a tool published through the API (its vector computed then)
-    from chalicelib import embedder, toolbox
+    from chalicelib import embedder
 
     admin.publish()
     indexes.clear()

@@ -112,7 +112,7 @@ def test_a_promotion_reaches_the_webhook_signed_once(hooked, receiver: Receiver)
 
 
 def test_a_sweep_that_demotes_several_tools_sends_one_message(hooked, receiver: Receiver, admin: Admin) -> None:
-    agent, mcp = hooked
+    _agent, mcp = hooked
     for name in ("a", "b", "c"):
         mcp.call("promote", {"vendor": "shop", "name": name})
     _drain_queue()
@@ -126,7 +126,7 @@ def test_a_sweep_that_demotes_several_tools_sends_one_message(hooked, receiver: 
 
 
 def test_a_receiver_down_for_the_first_tries_gets_the_message_after_retries(hooked, receiver: Receiver) -> None:
-    agent, mcp = hooked
+    _agent, mcp = hooked
     receiver.fail_first = 2
     mcp.call("promote", {"vendor": "shop", "name": "a"})
     _drain_queue()
@@ -202,7 +202,7 @@ def test_the_signing_secret_is_shown_once_and_a_private_webhook_is_refused_outsi
 
 def test_a_finished_approval_is_announced_on_the_webhook(hooked, receiver: Receiver, admin: Admin,
                                                          vendor: Vendor) -> None:
-    agent, mcp = hooked
+    _agent, mcp = hooked
     admin.publish(vendor="shop", name="w", description="Write.", annotations={"destructiveHint": False},
                   input_schema={"type": "object"}, request={"method": "POST", "url": f"{vendor.url}/w"})
     run_id = mcp.call("run_tool", {"vendor": "shop", "name": "w", "input": {}})["structuredContent"]["run_id"]

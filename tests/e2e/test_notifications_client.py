@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -29,7 +29,7 @@ def publish_tools(stack: Stack, *names: str) -> str:
 
 
 def sweep_later(stack: Stack, days: int = 22) -> dict[str, Any]:
-    now = (datetime.now(timezone.utc) + timedelta(days=days)).isoformat().replace("+00:00", "Z")
+    now = (datetime.now(UTC) + timedelta(days=days)).isoformat().replace("+00:00", "Z")
     status, report = stack.admin("POST", "/v1/sweep", {"now": now})
     assert status == 200, report
     return report
@@ -74,12 +74,11 @@ async def _listen_while(stack: Stack, key: str, action: Any) -> list[Any]:
 
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60)
     async with http, Client(streamable_http_client(f"{stack.url}/mcp", http_client=http),
-                            mode="2026-07-28") as client:
-        async with anyio.create_task_group() as group:
-            group.start_soon(anyio.to_thread.run_sync, act_soon)
-            async with client.listen(tools_list_changed=True) as subscription:
-                async for event in subscription:
-                    events.append(event)
+                            mode="2026-07-28") as client, anyio.create_task_group() as group:
+        group.start_soon(anyio.to_thread.run_sync, act_soon)
+        async with client.listen(tools_list_changed=True) as subscription:
+            async for event in subscription:
+                events.append(event)
     return events
 
 
