@@ -93,6 +93,13 @@ def bearer(authorization: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token and jsontext.text_fault(token) is None else None
 
 
+def admin_actor(token: str) -> str:
+    """Who a person acting with an admin token is, where it is recorded for people to read (who
+    decided an approval): `admin:` and the first 12 hex digits of the token's hash. It tells an
+    account's tokens apart without holding anything that could be used as one."""
+    return f"{ADMIN}:{hash_token(token)[:12]}"
+
+
 def authenticate_admin(token: str | None) -> str:
     """The id of the account an admin token belongs to; anything else is Unauthorized."""
     account_id = account_store.account_of_token(hash_token(token)) if token else None

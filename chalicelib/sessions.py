@@ -44,6 +44,7 @@ class Session:
     account_id: str
     session_id: str
     expires: int
+    actor: str = "admin"  # which admin token signed it in (accounts.admin_actor); plain `admin` before that was kept
 
     @property
     def csrf(self) -> str:
@@ -67,13 +68,13 @@ def configured() -> bool:
     return bool(settings().console_secret)
 
 
-def issue(account_id: str, now: datetime) -> tuple[Session, str]:
-    """A new stored session and the Set-Cookie value that carries it."""
-    session = Session(account_id, secrets.token_urlsafe(18), int((now + LIFETIME).timestamp()))
+def issue(account_id: str, now: datetime, *, actor: str) -> tuple[Session, str]:
+    """A new stored session of `actor` and the Set-Cookie value that carries it."""
+    session = Session(account_id, secrets.token_urlsafe(18), int((now + LIFETIME).timestamp()), actor)
     payload = f"{session.account_id}.{session.expires}.{session.session_id}"
     value = f"{payload}.{_mac('session', payload)}"
     session_store.create_session(_stored_hash(session.session_id), account_id, now,
-                                 datetime.fromtimestamp(session.expires, UTC))
+                                 datetime.fromtimestamp(session.expires, UTC), actor=actor)
     return session, set_cookie(SESSION_COOKIE, value, LIFETIME)
 
 
@@ -93,7 +94,7 @@ def read(cookie_header: str | None, now: datetime) -> Session | None:
     if (stored is None or stored.account_id != account_id or stored.expires_at <= now
             or stored.account_epoch is None or stored.epoch != stored.account_epoch):
         return None
-    return Session(account_id, session_id, int(expires))
+    return Session(account_id, session_id, int(expires), stored.actor or "admin")
 
 
 def sign_out(session: Session) -> str:

@@ -197,3 +197,25 @@ def test_every_call_is_a_run_listed_for_its_agent(admin: Admin, mcp: Mcp, vendor
     assert admin.call("GET", f"/v1/runs/{run_id}").json_body["result"] == {"orders": [{"id": 1}]}
     state = agent_store.load_state(_agent_id(admin))
     assert state is not None and state.leases == {}
+
+
+def test_an_approval_records_which_admin_token_decided_it(admin: Admin, mcp: Mcp, write_tool: dict) -> None:
+    from chalicelib.store import accounts as account_store
+    from tests.conftest import Console
+
+    # GIVEN a second admin token of the same account, and a console signed in with it
+    second = "wsa_second_" + "x" * 24
+    account_id = accounts.authenticate_admin(admin.token)
+    account_store.add_admin_token(account_id, accounts.hash_token(second), utcnow())
+    console = Console(admin.client)
+    assert console.sign_in(second).status_code == 303
+    # WHEN the first token approves one run through the API, and the console denies another
+    first_run = _call(mcp, customer="a")["structuredContent"]["run_id"]
+    second_run = _call(mcp, customer="b")["structuredContent"]["run_id"]
+    approved = admin.call("POST", f"/v1/approvals/{first_run}/approve").json_body
+    assert console.post(f"/console/approvals/{second_run}/deny").status_code == 303
+    denied = admin.call("GET", f"/v1/runs/{second_run}").json_body
+    # THEN each run names the token that decided it: its hash's first digits, never the token
+    assert approved["decided_by"] == "admin:" + accounts.hash_token(admin.token)[:12]
+    assert denied["decided_by"] == "admin:" + accounts.hash_token(second)[:12]
+    assert admin.token not in str(approved) and second not in str(denied)

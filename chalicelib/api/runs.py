@@ -6,7 +6,7 @@ from typing import Any
 
 from chalicelib import accounts, runs
 from chalicelib.api import shapes
-from chalicelib.api.common import admin_route, limit, query
+from chalicelib.api.common import admin_route, bearer, limit, query
 from chalicelib.clock import utcnow
 from chalicelib.errors import InvalidInput
 
@@ -23,12 +23,12 @@ def pending_approvals(account_id: str) -> dict[str, Any]:
 
 @admin_route("/v1/approvals/{run_id}/approve", "POST")
 def approve(account_id: str, run_id: str) -> dict[str, Any]:
-    return shapes.run(runs.approve(account_id, run_id, accounts.ADMIN, utcnow()))
+    return shapes.run(runs.approve(account_id, run_id, accounts.admin_actor(bearer() or ""), utcnow()))
 
 
 @admin_route("/v1/approvals/{run_id}/deny", "POST")
 def deny(account_id: str, run_id: str) -> dict[str, Any]:
-    return shapes.run(runs.deny(account_id, run_id, accounts.ADMIN, utcnow()))
+    return shapes.run(runs.deny(account_id, run_id, accounts.admin_actor(bearer() or ""), utcnow()))
 
 
 @admin_route("/v1/runs/{run_id}", "GET")

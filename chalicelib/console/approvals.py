@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from chalice import Response
 
-from chalicelib import accounts, runs, toolbox
+from chalicelib import runs, toolbox
 from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, every, page, redirect, safe_next
 from chalicelib.errors import ToolNotFound
 from chalicelib.outcomes import RunStatus
@@ -31,13 +31,13 @@ def run_page(ctx: Ctx, run_id: str) -> Response:
 
 @action("/console/approvals/{run_id}/approve")
 def approve(ctx: Ctx, run_id: str) -> Response:
-    runs.approve(ctx.account_id, run_id, accounts.ADMIN, ctx.now)
+    runs.approve(ctx.account_id, run_id, ctx.session.actor, ctx.now)
     return _back(ctx, run_id, "approved")
 
 
 @action("/console/approvals/{run_id}/deny")
 def deny(ctx: Ctx, run_id: str) -> Response:
-    runs.deny(ctx.account_id, run_id, accounts.ADMIN, ctx.now)
+    runs.deny(ctx.account_id, run_id, ctx.session.actor, ctx.now)
     return _back(ctx, run_id, "denied")
 
 

@@ -40,7 +40,7 @@ def sign_in() -> Response:
         account_id = accounts.authenticate_admin(form.get("token", "").strip() or None)
     except Unauthorized:
         return _form(request.headers.get("cookie"), target, status=401, error="That admin token is not valid.")
-    _, cookie = sessions.issue(account_id, utcnow())
+    _, cookie = sessions.issue(account_id, utcnow(), actor=accounts.admin_actor(form.get("token", "").strip()))
     return redirect(target, cookie=cookie)
 
 

@@ -119,6 +119,7 @@ class ConsoleSessionItem(Model):
     created_at = UTCDateTimeAttribute()
     expires_at = UTCDateTimeAttribute()
     epoch = NumberAttribute(default=0)
+    actor = UnicodeAttribute(null=True)  # which admin token signed in (accounts.admin_actor)
     # DynamoDB's TTL deletes abandoned sessions some time after they expire (reads check
     # `expires_at` themselves: TTL lags, and moto never expires anything)
     ttl = TTLAttribute(null=True)

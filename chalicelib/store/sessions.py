@@ -28,15 +28,17 @@ class StoredSession:
     expires_at: datetime
     epoch: int
     account_epoch: int | None
+    actor: str | None = None
 
 
-def create_session(session_hash: str, account_id: str, now: datetime, expires_at: datetime) -> None:
+def create_session(session_hash: str, account_id: str, now: datetime, expires_at: datetime, *,
+                   actor: str | None = None) -> None:
     """Store a new session at the account's current epoch (2 calls: GetItem, PutItem). An epoch
     bump between the two leaves the new session at the old epoch, so it never counts: the race
     fails closed."""
     epoch = console_epoch(account_id) or 0
     ConsoleSessionItem(token_hash=_key(session_hash), account_id=account_id, created_at=now,
-                       expires_at=expires_at, epoch=epoch, ttl=expires_at).save(
+                       expires_at=expires_at, epoch=epoch, ttl=expires_at, actor=actor).save(
         condition=ConsoleSessionItem.token_hash.does_not_exist())
 
 
@@ -48,7 +50,7 @@ def load_session(session_hash: str) -> StoredSession | None:
     except DoesNotExist:
         return None
     return StoredSession(account_id=item.account_id, created_at=item.created_at, expires_at=item.expires_at,
-                         epoch=int(item.epoch or 0), account_epoch=console_epoch(item.account_id))
+                         epoch=int(item.epoch or 0), account_epoch=console_epoch(item.account_id), actor=item.actor)
 
 
 def delete_session(session_hash: str) -> None:
