@@ -1,44 +1,26 @@
 """Connections: a vendor's credentials, typed once, stored encrypted, injected into runs, never
-shown again (not in answers, previews, logs or history). The kinds are in `connection_auth`; the
-OAuth token endpoints are asked through `vendor_tokens`.
-
-A call's credential costs one GetItem (the connection, tokens included) and one KMS Decrypt. An
-OAuth client-credentials token is kept in the warm instance's memory until shortly before it
-expires (then one request to the token endpoint); an authorization-code token is refreshed when
-it has expired or the vendor answers 401 (one token request, one KMS Encrypt, one conditional
-UpdateItem on the token version: see `store/connections.py`).
+shown again (not in answers, previews, logs or history). Here: creating one, a new secret in
+place, revoking, what a tool may name, and reading one that a call may use. The kinds are
+`connection_auth`; what a call carries (and OAuth tokens, and the console's Connect) is
+`credentials`.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
 import secrets
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated, Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from chalicelib import hosts as allowed_hosts
-from chalicelib import vendor_tokens
-from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.connection_auth import (
     AUTHORIZATION_CODE,
-    CLIENT_CREDENTIALS,
-    HEADER_SAFE,
-    OAUTH,
     AnyAuth,
-    Credential,
-    bearer_token,
-    static_credential,
     stored,
 )
 from chalicelib.errors import (
@@ -52,13 +34,6 @@ from chalicelib.store import connections as connection_store
 from chalicelib.store import vault
 from chalicelib.store.records import ACTIVE, NOT_CONNECTED, REVOKED, Connection, Page
 from chalicelib.validation import NAME_PATTERN, parse
-from chalicelib.vendor_tokens import TokenRefused, Tokens
-
-CALLBACK_PATH = "/console/connections/callback"
-STATE_TTL = timedelta(minutes=10)  # from Connect to the vendor's callback
-EARLY = timedelta(seconds=60)  # a token this close to its expiry counts as expired
-REDACTED_TOKEN = "Bearer [redacted]"
-_CACHE_SIZE = 1000
 
 
 class ConnectionRevoked(WorksetError):
@@ -189,218 +164,34 @@ def check_usable(account_id: str, connection_id: str, vendor: str, url: str, *, 
                            field="request")
 
 
-def credential(account_id: str, connection_id: str, url: str, *, timeout: float | None = None,
-               preview: bool = False) -> Credential:
-    """What carries a connection's secret into a request to `url` (an OAuth token fetched or
-    refreshed within `timeout` if need be; for a `preview` none is: it would be redacted).
-
-    Raises ConnectionRevoked for a revoked (or vanished) connection, ConnectionNeedsReconnect for
-    one a person must (re)connect, and refuses a host the connection does not admit.
-    """
-    connection = _usable(account_id, connection_id, url)
-    if preview and connection.auth_type in OAUTH:
-        return Credential("Authorization", REDACTED_TOKEN, secrets=(REDACTED_TOKEN,))
-    timeout = settings().vendor_timeout_seconds if timeout is None else timeout
-    if connection.auth_type == CLIENT_CREDENTIALS:
-        return _client_token(connection, timeout)
-    if connection.auth_type == AUTHORIZATION_CODE:
-        tokens = _stored_tokens(connection)
-        if connection.token_expires_at is None or connection.token_expires_at - EARLY > utcnow():
-            return bearer_token(tokens.access_token)
-        return _refresh(connection, tokens, timeout)
-    found = static_credential(connection.auth_type, connection.header_name, connection.query_name,
-                              _secret(connection))
-    if found.header and not HEADER_SAFE.fullmatch(found.value):
-        raise InvalidInput(f"connection {connection_id} holds a value that cannot be sent as a header")
-    return found
-
-
-def renew(account_id: str, connection_id: str, url: str, stale: Credential, *, timeout: float) -> Credential:
-    """A new token after the vendor refused `stale` with a 401 (another call's newer token if
-    there is one); raises as `credential` does, ConnectionNeedsReconnect when a refresh fails."""
-    connection = _usable(account_id, connection_id, url)
-    if connection.auth_type == CLIENT_CREDENTIALS:
-        with _lock:
-            cached = _cache.get(_cache_key(connection))
-            if cached is not None and cached.access_token == stale.token:
-                del _cache[_cache_key(connection)]
-        return _client_token(connection, timeout)
-    if connection.auth_type == AUTHORIZATION_CODE:
-        tokens = _stored_tokens(connection)
-        if tokens.access_token != stale.token:
-            return bearer_token(tokens.access_token)
-        return _refresh(connection, tokens, timeout)
-    return stale
-
-
-def authorization_url(account_id: str, connection_id: str, session: str, now: datetime) -> str:
-    """Where to send a person to grant an authorization-code connection access: the vendor's
-    authorize URL with a fresh single-use `state` (bound to this console session and connection,
-    kept hashed for STATE_TTL) and a PKCE S256 challenge."""
-    connection = get(account_id, connection_id)
-    if connection.auth_type != AUTHORIZATION_CODE or connection.oauth is None:
-        raise InvalidInput(f"connection {connection_id} is not an OAuth authorization-code connection")
-    if connection.status == REVOKED:
-        raise InvalidInput(f"connection {connection_id} is revoked; give it a new client secret first")
-    state = f"{connection_id}.{secrets.token_urlsafe(32)}"
-    connection_store.begin_authorization(account_id, connection_id, state_hash=_hash(state),
-                                         session_hash=_hash(session), expires_at=now + STATE_TTL)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(_verifier(state).encode()).digest()).decode().rstrip("=")
-    query = {"response_type": "code", "client_id": connection.oauth["client_id"], "redirect_uri": callback_url(),
-             "state": state, "code_challenge": challenge, "code_challenge_method": "S256"}
-    if connection.oauth.get("scope"):
-        query["scope"] = connection.oauth["scope"]
-    base = connection.oauth["authorize_url"]
-    return f"{base}{'&' if urlsplit(base).query else '?'}{urlencode(query)}"
-
-
-def complete_authorization(account_id: str, session: str, state: str, *, code: str | None, error: str | None,
-                           now: datetime) -> Connection:
-    """The vendor's callback: the state must be the connection's pending one, of this session,
-    unexpired, and is used up; the code is exchanged for tokens, stored encrypted, and the
-    connection is active. Anything else is InvalidInput and changes nothing but the state."""
-    connection_id = state.partition(".")[0]
-    refused = InvalidInput("this authorization is unknown, was used already, expired, or was started in "
-                           "another console session; press Connect again")
-    connection = connection_store.get(account_id, connection_id) if 0 < len(state) <= 200 else None
-    if connection is None or connection.auth_type != AUTHORIZATION_CODE or connection.oauth is None:
-        raise refused
-    if not connection_store.take_authorization(account_id, connection_id, state_hash=_hash(state),
-                                               session_hash=_hash(session), now=now):
-        raise refused
-    if error is not None or not code:
-        said = error if error in vendor_tokens.KNOWN_ERRORS else None
-        raise InvalidInput(f"the vendor did not grant access{f' ({said})' if said else ''}; nothing was changed")
-    try:
-        tokens = vendor_tokens.exchange_code(connection.oauth, _secret(connection), code=code,
-                                             redirect_uri=callback_url(), verifier=_verifier(state),
-                                             timeout=settings().vendor_timeout_seconds, now=utcnow())
-    except WorksetError as failed:
-        raise InvalidInput(f"the authorization could not be completed: {_reason(failed)}; nothing was changed") \
-            from None
-    connection_store.connect(account_id, connection_id, token_ciphertext=_seal(connection, tokens),
-                             expires_at=tokens.expires_at, now=now)
-    return get(account_id, connection_id)
-
-
-def callback_url() -> str:
-    """The one redirect URI every authorization-code connection registers with its vendor."""
-    return f"{settings().public_url}{CALLBACK_PATH}"
-
-
-# --- tokens -------------------------------------------------------------------------------------
-
-_lock = threading.Lock()
-_cache: OrderedDict[tuple[str, str, int], Tokens] = OrderedDict()  # client-credentials tokens of this instance
-
-
-def _client_token(connection: Connection, timeout: float) -> Credential:
-    key = _cache_key(connection)
-    with _lock:
-        cached = _cache.get(key)
-    if cached is not None and cached.expires_at is not None and cached.expires_at - EARLY > utcnow():
-        return bearer_token(cached.access_token)
-    assert connection.oauth is not None
-    now = utcnow()
-    try:
-        tokens = vendor_tokens.client_credentials(connection.oauth, _secret(connection), timeout=timeout, now=now)
-    except TokenRefused as refused:
-        if refused.definitive:
-            connection_store.mark_needs_reconnect(connection.account_id, connection.connection_id,
-                                                  reason=refused.reason, revision=connection.revision)
-            raise _needs_reconnect(connection.connection_id, refused.reason) from None
-        raise
-    kept = tokens if tokens.expires_at else Tokens(tokens.access_token, None, now + vendor_tokens.DEFAULT_LIFETIME)
-    with _lock:
-        _cache[key] = kept
-        _cache.move_to_end(key)
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-    return bearer_token(kept.access_token)
-
-
-def _cache_key(connection: Connection) -> tuple[str, str, int]:
-    # a new secret moves the revision on: a token of the old one is never used again
-    return (connection.account_id, connection.connection_id, connection.revision)
-
-
-def _refresh(connection: Connection, tokens: Tokens, timeout: float) -> Credential:
-    """Refresh an authorization-code connection's tokens and keep them, unless another call did
-    first (then its tokens are used). A refresh that fails marks the connection needs_reconnect."""
-    assert connection.oauth is not None
-    account_id, connection_id = connection.account_id, connection.connection_id
-    try:
-        if not tokens.refresh_token:
-            raise TokenRefused("the access token expired and the vendor gave no refresh token", definitive=True)
-        fresh = vendor_tokens.refresh(connection.oauth, _secret(connection), tokens.refresh_token,
-                                      timeout=timeout, now=utcnow())
-    except WorksetError as failed:
-        if isinstance(failed, CredentialUnavailable):
-            raise  # KMS failing now says nothing of the grant
-        reason = _reason(failed)
-        if connection_store.mark_needs_reconnect(account_id, connection_id, reason=reason,
-                                                 read_version=connection.token_version):
-            raise _needs_reconnect(connection_id, reason) from None
-        return _newer(connection)
-    if connection_store.save_tokens(account_id, connection_id, token_ciphertext=_seal(connection, fresh),
-                                    expires_at=fresh.expires_at, read_version=connection.token_version):
-        return bearer_token(fresh.access_token)
-    return _newer(connection)
-
-
-def _newer(read: Connection) -> Credential:
-    """Another call changed the tokens since `read` was read: its tokens, if they are usable."""
-    connection = _usable(read.account_id, read.connection_id, None, consistent=True)
-    newer = connection.auth_type == AUTHORIZATION_CODE and connection.token_version > read.token_version
-    if newer and (connection.token_expires_at is None or connection.token_expires_at > utcnow()):
-        return bearer_token(_stored_tokens(connection).access_token)
-    raise _needs_reconnect(read.connection_id, "its token could not be refreshed")
-
-
-def _stored_tokens(connection: Connection) -> Tokens:
-    if not connection.token_ciphertext:
-        raise _needs_reconnect(connection.connection_id, "no person has connected it yet")
-    held = json.loads(_decrypt(connection, connection.token_ciphertext, purpose="tokens"))
-    return Tokens(held["access_token"], held.get("refresh_token"), connection.token_expires_at)
-
-
-def _seal(connection: Connection, tokens: Tokens) -> bytes:
-    plain = json.dumps({"access_token": tokens.access_token, "refresh_token": tokens.refresh_token})
-    return vault.encrypt(plain, account_id=connection.account_id, connection_id=connection.connection_id,
-                         purpose="tokens")
-
-
-# --- shared -------------------------------------------------------------------------------------
-
-
-def _usable(account_id: str, connection_id: str, url: str | None, *, consistent: bool = False) -> Connection:
+def usable(account_id: str, connection_id: str, url: str | None, *, consistent: bool = False) -> Connection:
+    """The connection, if a call may use it now (and send it to `url`): ConnectionRevoked for a
+    revoked or vanished one, ConnectionNeedsReconnect for one a person must (re)connect."""
     connection = connection_store.get(account_id, connection_id, consistent=consistent)
     if connection is None or connection.status == REVOKED:
         raise ConnectionRevoked(f"connection {connection_id} was revoked; the tool cannot run with it")
     if connection.status == NOT_CONNECTED:
-        raise _needs_reconnect(connection_id, "no person has connected it yet")
+        raise needs_reconnect(connection_id, "no person has connected it yet")
     if connection.status != ACTIVE:
-        raise _needs_reconnect(connection_id, connection.status_reason or "the vendor no longer takes its credential")
+        raise needs_reconnect(connection_id, connection.status_reason or "the vendor no longer takes its credential")
     if url is not None and not _admits(connection, url):
         raise InvalidInput(f"connection {connection_id} may not be sent to {urlsplit(url).netloc}")
     return connection
 
 
-def _needs_reconnect(connection_id: str, reason: str) -> ConnectionNeedsReconnect:
+def needs_reconnect(connection_id: str, reason: str) -> ConnectionNeedsReconnect:
+    """The error of a connection a person must reconnect, naming where."""
     return ConnectionNeedsReconnect(f"connection {connection_id} needs a person to reconnect it ({reason}); "
                                     f"reconnect it at {console_page(connection_id)}")
 
 
-def _reason(error: WorksetError) -> str:
-    """Why a token request failed, in Workset's words only."""
-    return error.reason if isinstance(error, TokenRefused) else error.message
+def secret(connection: Connection) -> str:
+    """The connection's secret, decrypted."""
+    return decrypt(connection, connection.ciphertext)
 
 
-def _secret(connection: Connection) -> str:
-    return _decrypt(connection, connection.ciphertext)
-
-
-def _decrypt(connection: Connection, ciphertext: bytes, *, purpose: str = "") -> str:
+def decrypt(connection: Connection, ciphertext: bytes, *, purpose: str = "") -> str:
+    """One of the connection's ciphertexts, decrypted; KMS failing is CredentialUnavailable."""
     try:
         return vault.decrypt(ciphertext, account_id=connection.account_id, connection_id=connection.connection_id,
                              purpose=purpose)
@@ -417,16 +208,6 @@ def _check_token_url(auth: Any, hosts: list[str]) -> None:
     if token_url and hosts and not allowed_hosts.admits(hosts, token_url, allow_http=_allow_http()):
         raise InvalidInput(f"auth.token_url: the token endpoint must be one of the connection's hosts "
                            f"({allowed_hosts.describe(hosts, allow_http=_allow_http())})", field="auth.token_url")
-
-
-def _verifier(state: str) -> str:
-    """The PKCE code verifier of a state: derived, not stored (43 characters of base64url)."""
-    key = hashlib.sha256(b"workset-pkce\n" + settings().console_secret.encode()).digest()
-    return base64.urlsafe_b64encode(hmac.new(key, state.encode(), hashlib.sha256).digest()).decode().rstrip("=")
-
-
-def _hash(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()
 
 
 def _admits(connection: Connection, url: str) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from chalicelib import accounts, connections, log, notify, toolbox, vendor
+from chalicelib import accounts, credentials, log, notify, toolbox, vendor
 from chalicelib.clock import SKEW_ALLOWANCE, utcnow
 from chalicelib.config import settings
 from chalicelib.connection_auth import Credential
@@ -232,7 +232,7 @@ def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
         if sent and credential is not None and credential.renewable and _unauthorized(outcome):
             # the vendor refused the token: one new token (another call's, or fetched), one retry
             assert tool.spec.connection is not None
-            credential = connections.renew(run.account_id, tool.spec.connection, tool.spec.url, credential,
+            credential = credentials.renew(run.account_id, tool.spec.connection, tool.spec.url, credential,
                                            timeout=_left(deadline))
             outcome = vendor.perform(vendor.build(tool, run.input, credential), dry_run=run.dry_run,
                                      read_only=not tool.spec.writes, timeout=_left(deadline))
@@ -382,7 +382,7 @@ def _credential(run: Run, tool: Tool, deadline: float, *, preview: bool) -> Cred
     none for a preview, which would redact it)."""
     if not tool.spec.connection:
         return None
-    return connections.credential(run.account_id, tool.spec.connection, tool.spec.url, timeout=_left(deadline),
+    return credentials.credential(run.account_id, tool.spec.connection, tool.spec.url, timeout=_left(deadline),
                                   preview=preview)
 
 

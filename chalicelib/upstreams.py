@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from chalicelib import connections, imports, log, mcpclient
+from chalicelib import connections, credentials, imports, log, mcpclient
 from chalicelib.config import settings
 from chalicelib.errors import Conflict, NotFound, WorksetError
 from chalicelib.imports import MCP, Candidate, Report
@@ -148,7 +148,7 @@ def _list_tools(upstream: Upstream) -> tuple[str, list[Any]]:
     config = settings()
     headers = {}
     if upstream.connection_id:
-        credential = connections.credential(upstream.account_id, upstream.connection_id, upstream.url)
+        credential = credentials.credential(upstream.account_id, upstream.connection_id, upstream.url)
         headers[credential.header] = credential.value
     client = mcpclient.Upstream(url=upstream.url, headers=headers, timeout=config.vendor_timeout_seconds,
                                 max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network)

@@ -19,7 +19,7 @@ import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodb.models import dynamodb_backends
 
-from chalicelib import accounts, connections
+from chalicelib import accounts, connections, credentials
 from chalicelib.clock import utcnow
 from local import emulator
 from local import journal as journal_module
@@ -213,7 +213,7 @@ def test_a_restored_connection_still_decrypts(dynamodb: Any, backend: Any, journ
     _restart(journals, backend, dynamodb)
     # THEN the same ciphertext comes back, and decrypts to the secret a call carries
     assert connections.get(account.account_id, created.connection_id).ciphertext == created.ciphertext
-    credential = connections.credential(account.account_id, created.connection_id, "https://keep.example/x")
+    credential = credentials.credential(account.account_id, created.connection_id, "https://keep.example/x")
     assert credential.value == "Bearer s3cret"
 
 

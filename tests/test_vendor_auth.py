@@ -177,7 +177,7 @@ def _connection(admin: Admin, connection_id: str) -> dict[str, Any]:
 
 def _later(monkeypatch: pytest.MonkeyPatch, delta: timedelta) -> None:
     """Move the connections' clock (token expiry is judged by it) `delta` ahead of the wall clock."""
-    monkeypatch.setattr("chalicelib.connections.utcnow", lambda: utcnow() + delta)
+    monkeypatch.setattr("chalicelib.credentials.utcnow", lambda: utcnow() + delta)
 
 
 def _no_secret_anywhere(admin: Admin, secrets: list[str], *texts: str) -> None:
@@ -543,7 +543,7 @@ def test_a_vendor_401_refreshes_an_authorization_code_token_once(admin: Admin, c
 def test_a_refresh_that_lost_the_race_uses_the_winners_tokens(admin: Admin, console: Console,
                                                               tokens: TokenEndpoint, strict: bool,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib import connections
+    from chalicelib import credentials
     from chalicelib.store import connections as connection_store
 
     # GIVEN two calls that both read the expired tokens (version v) before either refreshed
@@ -553,15 +553,15 @@ def test_a_refresh_that_lost_the_race_uses_the_winners_tokens(admin: Admin, cons
     _later(monkeypatch, timedelta(hours=2))
     stale = connection_store.get(account, connection["id"])
     assert stale is not None
-    held = connections._stored_tokens(stale)
+    held = credentials._stored_tokens(stale)
     # WHEN the first refreshes and the second refreshes from the same read
-    winner = connections.credential(account, connection["id"], "https://api.acme.test/x", timeout=5)
-    loser = connections._refresh(stale, held, timeout=5)
+    winner = credentials.credential(account, connection["id"], "https://api.acme.test/x", timeout=5)
+    loser = credentials._refresh(stale, held, timeout=5)
     # THEN the second does not overwrite the first's rotated tokens, nor mark the connection: it uses them
     assert loser.token == winner.token
     now = connection_store.get(account, connection["id"])
     assert now is not None and now.status == "active" and now.token_version == stale.token_version + 1
-    assert connections._stored_tokens(now).refresh_token == f"rt-2-{'y' * 12}"
+    assert credentials._stored_tokens(now).refresh_token == f"rt-2-{'y' * 12}"
 
 
 def test_a_revoked_refresh_token_needs_a_reconnect_and_connect_again_fixes_it(

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from chalice import Response
 
-from chalicelib import connections, jsontext, sessions, sweep, toolbox, workingset
+from chalicelib import connections, credentials, jsontext, sessions, sweep, toolbox, workingset
 from chalicelib.clock import utcnow
 from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, bp, every, page, redirect, render
 from chalicelib.errors import InvalidInput
@@ -36,7 +36,7 @@ def add_connection(ctx: Ctx) -> Response:
     return redirect("/console/connections", done="added", connection=created.connection_id)
 
 
-@bp.route(connections.CALLBACK_PATH, methods=["GET"], content_types=["application/json"])
+@bp.route(credentials.CALLBACK_PATH, methods=["GET"], content_types=["application/json"])
 def oauth_callback() -> Response:
     """The vendor sends the person back here with `code` and `state` (a top-level navigation, so
     the SameSite=Lax console cookie comes along); the state is bound to the session that pressed
@@ -53,7 +53,7 @@ def oauth_callback() -> Response:
             "Connecting needs the console session that pressed Connect. Sign in, then press Connect again."))
     ctx = Ctx(session, now, params=query)
     try:
-        connection = connections.complete_authorization(
+        connection = credentials.complete_authorization(
             ctx.account_id, session.session_id, query.get("state", ""), code=query.get("code"),
             error=query.get("error"), now=now)
     except InvalidInput as error:
@@ -69,7 +69,7 @@ def connection_page(ctx: Ctx, connection_id: str) -> Response:
 @action("/console/connections/{connection_id}/connect")
 def connect(ctx: Ctx, connection_id: str) -> Response:
     """Send the person to the vendor to grant access (303 to its authorize URL)."""
-    target = connections.authorization_url(ctx.account_id, connection_id, ctx.session.session_id, ctx.now)
+    target = credentials.authorization_url(ctx.account_id, connection_id, ctx.session.session_id, ctx.now)
     return Response(body="", status_code=303, headers={"Location": target, "Cache-Control": "no-store"})
 
 
@@ -116,7 +116,7 @@ def _connection_page(ctx: Ctx, connection_id: str, status: int = 200, *, error: 
     # page's form-action, so the vendor's origin (and only it) is added
     return ctx.render("connection.html", status, form_targets=(origin,) if origin else (), connection=connection,
                       calls=calls, error=error, names=agent_names(ctx.account_id), done=ctx.params.get("done"),
-                      callback=connections.callback_url())
+                      callback=credentials.callback_url())
 
 
 def _origin(authorize_url: str) -> str:
