@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from urllib.parse import urlencode, urlsplit
 
 from chalicelib import connections, vendor_tokens
+from chalicelib.accounts import hash_token
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.connection_auth import (
@@ -35,6 +36,7 @@ from chalicelib.connection_auth import (
     static_credential,
 )
 from chalicelib.errors import CredentialUnavailable, InvalidInput, WorksetError
+from chalicelib.oauth import s256
 from chalicelib.store import connections as connection_store
 from chalicelib.store import vault
 from chalicelib.store.records import REVOKED, Connection
@@ -101,9 +103,9 @@ def authorization_url(account_id: str, connection_id: str, session: str, now: da
     if connection.status == REVOKED:
         raise InvalidInput(f"connection {connection_id} is revoked; give it a new client secret first")
     state = f"{connection_id}.{secrets.token_urlsafe(32)}"
-    connection_store.begin_authorization(account_id, connection_id, state_hash=_hash(state),
-                                         session_hash=_hash(session), expires_at=now + STATE_TTL)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(_verifier(state).encode()).digest()).decode().rstrip("=")
+    connection_store.begin_authorization(account_id, connection_id, state_hash=hash_token(state),
+                                         session_hash=hash_token(session), expires_at=now + STATE_TTL)
+    challenge = s256(_verifier(state))
     query = {"response_type": "code", "client_id": connection.oauth["client_id"], "redirect_uri": callback_url(),
              "state": state, "code_challenge": challenge, "code_challenge_method": "S256"}
     if connection.oauth.get("scope"):
@@ -123,8 +125,8 @@ def complete_authorization(account_id: str, session: str, state: str, *, code: s
     connection = connection_store.get(account_id, connection_id) if 0 < len(state) <= 200 else None
     if connection is None or connection.auth_type != AUTHORIZATION_CODE or connection.oauth is None:
         raise refused
-    if not connection_store.take_authorization(account_id, connection_id, state_hash=_hash(state),
-                                               session_hash=_hash(session), now=now):
+    if not connection_store.take_authorization(account_id, connection_id, state_hash=hash_token(state),
+                                               session_hash=hash_token(session), now=now):
         raise refused
     if error is not None or not code:
         said = error if error in vendor_tokens.KNOWN_ERRORS else None
@@ -239,5 +241,3 @@ def _verifier(state: str) -> str:
     return base64.urlsafe_b64encode(hmac.new(key, state.encode(), hashlib.sha256).digest()).decode().rstrip("=")
 
 
-def _hash(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()

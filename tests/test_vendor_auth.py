@@ -33,6 +33,15 @@ QUERY_KEY = "qk secret/+&=value-0123456789"  # needs URL encoding in every form
 # --- fake servers ---------------------------------------------------------------------------------
 
 
+def _reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, kind: str = "application/json") -> None:
+    """Answer a fake server's request with `body`."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", kind)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 @dataclass
 class TokenEndpoint:
     """An OAuth token endpoint on 127.0.0.1: issues numbered tokens, rotates refresh tokens
@@ -83,12 +92,7 @@ def tokens() -> Iterator[TokenEndpoint]:
             state.received.append({"path": self.path, "headers": dict(self.headers), "form": form})
             if state.delay:
                 state.release.wait(state.delay)
-            status, body, kind = state.answer(form)
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            _reply(self, *state.answer(form))
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -120,11 +124,7 @@ def api() -> Iterator[Api]:
             state.received.append({"path": self.path, "authorization": authorization})
             refused = state.refuse_all or authorization.removeprefix("Bearer ") in state.refused
             body = json.dumps({"error": "invalid_token"} if refused else {"ok": True, "path": self.path}).encode()
-            self.send_response(401 if refused else 200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            _reply(self, 401 if refused else 200, body)
 
         def log_message(self, *args: Any) -> None:
             pass

@@ -13,7 +13,7 @@ from chalice import Response
 
 from chalicelib import connections, credentials, jsontext, sessions, sweep, toolbox, workingset
 from chalicelib.clock import utcnow
-from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, bp, every, page, redirect, render
+from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, bp, every, leave, page, redirect, render
 from chalicelib.errors import InvalidInput
 
 # what a refused form shows again: never a secret
@@ -70,7 +70,7 @@ def connection_page(ctx: Ctx, connection_id: str) -> Response:
 def connect(ctx: Ctx, connection_id: str) -> Response:
     """Send the person to the vendor to grant access (303 to its authorize URL)."""
     target = credentials.authorization_url(ctx.account_id, connection_id, ctx.session.session_id, ctx.now)
-    return Response(body="", status_code=303, headers={"Location": target, "Cache-Control": "no-store"})
+    return leave(target)
 
 
 @action("/console/connections/{connection_id}/auth")

@@ -5,8 +5,6 @@ A code or a rotated-away refresh token presented again revokes the grant, logged
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
@@ -16,7 +14,7 @@ from typing import Any
 from chalicelib import accounts, log
 from chalicelib.accounts import ACCESS_TOKEN_PREFIX, hash_token
 from chalicelib.errors import NotFound
-from chalicelib.oauth import OAuthError, clients
+from chalicelib.oauth import OAuthError, clients, s256
 from chalicelib.oauth.authorization import PKCE, granted_scope
 from chalicelib.oauth.discovery import SCOPE
 from chalicelib.store import agents as agent_store
@@ -54,7 +52,7 @@ def _redeem(client: OAuthClient, form: dict[str, str], now: datetime) -> dict[st
     if form.get("resource", code.resource) != code.resource:
         raise OAuthError("invalid_target", "resource differs from the authorization request's")
     verifier = form.get("code_verifier", "")
-    if not PKCE.fullmatch(verifier) or not hmac.compare_digest(_s256(verifier), code.code_challenge):
+    if not PKCE.fullmatch(verifier) or not hmac.compare_digest(s256(verifier), code.code_challenge):
         raise OAuthError("invalid_grant", "code_verifier does not match the code_challenge")
     issued = _Tokens.new(code.agent_id)
     grant = Grant(grant_id=code.grant_id, client_id=client.client_id, client_name=client.client_name,
@@ -138,10 +136,6 @@ class _Tokens:
     def answer(self, scope: str) -> dict[str, Any]:
         return {"access_token": self.access, "token_type": "Bearer", "expires_in": int(ACCESS_LIFETIME.total_seconds()),
                 "refresh_token": self.refresh, "scope": scope}
-
-
-def _s256(verifier: str) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
 
 
 def revoke_grant(account_id: str, agent_id: str, grant_id: str, now: datetime) -> Grant:
