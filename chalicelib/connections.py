@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -17,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from chalicelib import hosts as allowed_hosts
+from chalicelib.causes import Cause
 from chalicelib.config import settings
 from chalicelib.connection_auth import (
     AUTHORIZATION_CODE,
@@ -30,9 +32,12 @@ from chalicelib.errors import (
     NotFound,
     WorksetError,
 )
+from chalicelib.store import agents as agent_store
 from chalicelib.store import connections as connection_store
+from chalicelib.store import sweep as sweep_store
+from chalicelib.store import tools as tool_store
 from chalicelib.store import vault
-from chalicelib.store.records import ACTIVE, NOT_CONNECTED, REVOKED, Connection, Page
+from chalicelib.store.records import ACTIVE, NOT_CONNECTED, REVOKED, Connection, Page, ToolVersion
 from chalicelib.validation import NAME_PATTERN, parse
 
 
@@ -121,11 +126,31 @@ def recent_calls(account_id: str, connection_id: str, *, limit: int, cursor: str
     return connection_store.recent_calls(account_id, connection_id, limit=limit, cursor=cursor)
 
 
-def revoke(account_id: str, connection_id: str, now: datetime) -> Connection:
-    """Revoke a connection; later runs of tools using it fail with connection_revoked."""
+@dataclass(frozen=True)
+class Revocation:
+    """A revoked connection and the agents whose promotions of its tools are now due."""
+
+    connection: Connection
+    agents: list[str]
+
+
+def revoke(account_id: str, connection_id: str, now: datetime) -> Revocation:
+    """Revoke a connection: later runs of tools using it fail with connection_revoked, and every
+    agent's promotions of those tools are due at once with that cause, pinned or not. The sweep
+    demotes them; `sweep.review_all(revocation.agents)` does it now (an agent with a run in flight
+    keeps them until a later sweep). Revoking again marks anything a fault left unmarked."""
     get(account_id, connection_id)
     connection_store.revoke(account_id, connection_id, now)
-    return get(account_id, connection_id)
+    flagged = {agent_id for tool, agent_ids in users(account_id, connection_id) for agent_id in agent_ids
+               if sweep_store.make_due(agent_id, tool.vendor, tool.name, now, Cause.CONNECTION_REVOKED.value)}
+    return Revocation(get(account_id, connection_id), sorted(flagged))
+
+
+def users(account_id: str, connection_id: str) -> list[tuple[ToolVersion, list[str]]]:
+    """The tools whose newest version names this connection, each with the agents that have it
+    promoted (what revoking it would demote)."""
+    return [(tool, agent_store.agents_with_tool(account_id, tool.vendor, tool.name))
+            for tool in tool_store.iter_heads(account_id) if tool.definition.get("connection") == connection_id]
 
 
 def console_page(connection_id: str) -> str:

@@ -35,14 +35,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chalicelib import connections, imports, log, notify, runs, toolbox, upstreams, workingset
+from chalicelib import imports, log, notify, runs, upstreams, workingset
+from chalicelib.causes import Action, Cause
 from chalicelib.config import settings
 from chalicelib.store import agents as agent_store
 from chalicelib.store import queues
 from chalicelib.store import sweep as sweep_store
 from chalicelib.store.agents import DemotionGuard, News
-from chalicelib.store.records import AgentState, Connection, HistoryEvent, Promotion
-from chalicelib.workingset import Action, Cause
+from chalicelib.store.records import AgentState, HistoryEvent, Promotion
 
 RULE = "rule"  # the actor of the rule's demotions in history
 INLINE_AGENTS = 200  # more agents than this are handed to workers in batches
@@ -167,20 +167,6 @@ def review(state: AgentState, now: datetime, report: Report) -> None:
         _keep_books(state, remaining)
     if len(remaining) < len(state.promotions):
         notify.announce(state, changes=len(state.promotions) - len(remaining), size=len(remaining))
-
-
-def revoke_connection(account_id: str, connection_id: str, now: datetime) -> tuple[Connection, Report]:
-    """Revoke a connection and demote, for every agent, the promoted tools that use it (cause
-    `connection_revoked`). An agent with a run in flight keeps them until a later sweep, which
-    finds them due with that cause."""
-    connection = connections.revoke(account_id, connection_id, now)
-    agents: set[str] = set()
-    for tool in toolbox.using_connection(account_id, connection_id):
-        vendor, name = tool.key
-        for agent_id in agent_store.agents_with_tool(account_id, vendor, name):
-            if sweep_store.make_due(agent_id, vendor, name, now, Cause.CONNECTION_REVOKED.value):
-                agents.add(agent_id)
-    return connection, review_all(sorted(agents), now)
 
 
 @contextmanager

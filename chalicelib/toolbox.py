@@ -465,11 +465,6 @@ def page(account_id: str, *, limit: int, cursor: str | None) -> Page:
     return tool_store.page_heads(account_id, limit=limit, cursor=cursor)
 
 
-def using_connection(account_id: str, connection_id: str) -> list[Tool]:
-    """The tools whose newest version names this connection."""
-    return [tool for tool in map(_tool, tool_store.list_heads(account_id)) if tool.spec.connection == connection_id]
-
-
 def versions(account_id: str, vendor: str, name: str) -> list[ToolVersion]:
     """Every version of a tool, oldest first; unknown tools raise ToolNotFound."""
     found = tool_store.list_versions(account_id, vendor, name)

@@ -22,9 +22,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import Enum
 
 from chalicelib import log, notify, toolbox
+from chalicelib.causes import PROMOTION_CAUSES, Action, Cause, PromotedBy
 from chalicelib.errors import Busy, NotPromoted, PinLimit
 from chalicelib.store import agents as agent_store
 from chalicelib.store import history as history_store
@@ -32,52 +32,6 @@ from chalicelib.store import outbox
 from chalicelib.store.agents import News, Pin
 from chalicelib.store.records import AgentState, HistoryEvent, Page, Promotion
 from chalicelib.toolbox import Tool
-
-
-class PromotedBy(str, Enum):
-    """Who put a tool in the working set."""
-
-    AGENT = "agent"
-    PUBLISH = "publish"
-    CONSOLE = "console"
-
-
-class Action(str, Enum):
-    """What a history event records."""
-
-    PROMOTED = "promoted"
-    DEMOTED = "demoted"
-    PINNED = "pinned"
-    UNPINNED = "unpinned"
-
-
-class Cause(str, Enum):
-    """Why a tool moved; `label` is how the console says it."""
-
-    AGENT_ASKED = "agent_asked"
-    PUBLISHED = "published"
-    CONSOLE = "console"
-    IDLE = "idle"
-    CAP = "cap"
-    CONNECTION_REVOKED = "connection_revoked"
-
-    @property
-    def label(self) -> str:
-        """The words a person reads in the History card."""
-        return _CAUSE_LABELS[self]
-
-
-_CAUSE_LABELS = {
-    Cause.AGENT_ASKED: "the agent asked",
-    Cause.PUBLISHED: "published by the agent",
-    Cause.CONSOLE: "the console",
-    Cause.IDLE: "unused past the idle window",
-    Cause.CAP: "over the working-set cap",
-    Cause.CONNECTION_REVOKED: "its connection was revoked",
-}
-
-PROMOTION_CAUSES = {PromotedBy.AGENT: Cause.AGENT_ASKED, PromotedBy.PUBLISH: Cause.PUBLISHED,
-                    PromotedBy.CONSOLE: Cause.CONSOLE}
 
 
 @dataclass(frozen=True)

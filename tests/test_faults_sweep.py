@@ -116,6 +116,34 @@ def test_an_agent_whose_demotion_keeps_failing_is_reported_and_the_others_are_de
     assert books(admin, agent["id"]) == (0, 0, 0)
 
 
+def test_a_revocation_cut_short_by_a_fault_is_finished_by_revoking_again(
+    admin: Admin, mcp: Mcp, agent: dict[str, Any], client: Client, vendor: Vendor, faults: Faults,
+) -> None:
+    # GIVEN a tool through a connection, promoted by two agents, and every write that would make
+    # the second agent's promotion due failing
+    connection = admin.call("POST", "/v1/connections", {"vendor": READ["vendor"],
+                                                        "auth": {"type": "bearer", "token": "secret"}}).json_body
+    publish_read(admin, vendor, connection=connection["id"])
+    other = admin.create_agent("other")
+    mcp.call("promote", READ)
+    Mcp(client, other["api_key"]).call("promote", READ)
+    faults.fail("UpdateItem", when=lambda body: body.get("Key", {}).get("agent_id", {}).get("S") == other["id"])
+    # WHEN the connection is revoked
+    cut_short = admin.call("POST", f"/v1/connections/{connection['id']}/revoke")
+    # THEN the request fails and the second agent still has the tool
+    assert faults.hits > 0
+    assert cut_short.status_code == 500, cut_short.body
+    assert books(admin, other["id"]) == (1, 1, 1)
+    # WHEN the fault is over and the person revokes again
+    faults.clear()
+    again = admin.call("POST", f"/v1/connections/{connection['id']}/revoke").json_body
+    # THEN it is still revoked, and both agents' promotions are demoted for it
+    assert again["status"] == "revoked"
+    demoted = [(d["agent_id"], d["cause"]) for d in again["demoted"]]
+    assert sorted(demoted) == sorted([(agent["id"], "connection_revoked"), (other["id"], "connection_revoked")])
+    assert books(admin, agent["id"]) == books(admin, other["id"]) == (0, 0, 0)
+
+
 # --- item 6: clock skew does not end a live run ---------------------------------------------------
 
 def test_a_sweep_whose_clock_runs_60_s_ahead_holds_the_demotion_and_leaves_the_live_run(

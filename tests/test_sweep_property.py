@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chalicelib import accounts, runs, sweep, workingset
+from chalicelib.causes import Cause, PromotedBy
 from chalicelib.clock import utcnow
 from chalicelib.errors import NotPromoted, PinLimit
 from chalicelib.store import agents as agent_store
-from chalicelib.workingset import Cause, PromotedBy
 from tests.conftest import Admin, Vendor
 
 TOOLS = ["t0", "t1", "t2", "t3"]

@@ -7,10 +7,10 @@ from typing import Any
 from chalicelib import accounts, runs, workingset
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, body, limit, query, tool_ref
+from chalicelib.causes import Cause, PromotedBy
 from chalicelib.clock import utcnow
 from chalicelib.errors import InvalidInput
 from chalicelib.oauth import tokens
-from chalicelib.workingset import Cause, PromotedBy
 
 
 @admin_route("/v1/agents", "POST", status=201)

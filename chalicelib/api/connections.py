@@ -40,5 +40,7 @@ def recent_calls(account_id: str, connection_id: str) -> dict[str, Any]:
 
 @admin_route("/v1/connections/{connection_id}/revoke", "POST")
 def revoke_connection(account_id: str, connection_id: str) -> dict[str, Any]:
-    connection, report = sweep.revoke_connection(account_id, connection_id, utcnow())
-    return {**shapes.connection(connection), **report.to_dict()}
+    now = utcnow()
+    revocation = connections.revoke(account_id, connection_id, now)
+    report = sweep.review_all(revocation.agents, now)  # demote now what the sweep would
+    return {**shapes.connection(revocation.connection), **report.to_dict()}

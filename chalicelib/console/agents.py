@@ -11,6 +11,7 @@ from typing import Any
 from chalice import Response
 
 from chalicelib import accounts, connections, runs, toolbox, workingset
+from chalicelib.causes import Cause, PromotedBy
 from chalicelib.config import settings
 from chalicelib.console import present
 from chalicelib.console.common import ALL_PAGE, PAGE_SIZE, Ctx, action, every, page, redirect
@@ -19,7 +20,6 @@ from chalicelib.mcp.metatools import META_TOOLS
 from chalicelib.oauth import tokens
 from chalicelib.store.records import Agent, AgentState, Promotion, Run
 from chalicelib.toolbox import Tool
-from chalicelib.workingset import Cause, PromotedBy
 
 RECENT_RUNS = 10
 PICKER_SIZE = 20

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from chalice import Response
 
-from chalicelib import connections, credentials, jsontext, sessions, sweep, toolbox, workingset
+from chalicelib import connections, credentials, jsontext, sessions, sweep
 from chalicelib.clock import utcnow
 from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, bp, every, leave, page, redirect, render
 from chalicelib.errors import InvalidInput
@@ -88,17 +88,16 @@ def replace_auth(ctx: Ctx, connection_id: str) -> Response:
 @page("/console/connections/{connection_id}/revoke")
 def confirm_revoke(ctx: Ctx, connection_id: str) -> Response:
     connection = connections.get(ctx.account_id, connection_id)
-    affected = []
-    for tool in toolbox.using_connection(ctx.account_id, connection_id):
-        agent_ids = workingset.agents_with_tool(ctx.account_id, *tool.key)
-        affected.append((tool, agent_ids))
-    return ctx.render("revoke.html", connection=connection, affected=affected, names=agent_names(ctx.account_id))
+    return ctx.render("revoke.html", connection=connection, affected=connections.users(ctx.account_id, connection_id),
+                      names=agent_names(ctx.account_id))
 
 
 @action("/console/connections/{connection_id}/revoke")
 def revoke(ctx: Ctx, connection_id: str) -> Response:
-    connection, report = sweep.revoke_connection(ctx.account_id, connection_id, ctx.now)
-    return ctx.render("revoked.html", connection=connection, report=report, names=agent_names(ctx.account_id))
+    revocation = connections.revoke(ctx.account_id, connection_id, ctx.now)
+    report = sweep.review_all(revocation.agents, ctx.now)  # demote now what the sweep would
+    return ctx.render("revoked.html", connection=revocation.connection, report=report,
+                      names=agent_names(ctx.account_id))
 
 
 def _page(ctx: Ctx, status: int = 200, *, error: str | None = None, values: dict[str, str] | None = None) -> Response:

@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chalicelib import toolbox
+from chalicelib.causes import Cause, PromotedBy
 from chalicelib.clock import iso, utcnow
 from chalicelib.imports import MCP, NEW_VERSION, OPENAPI
 from chalicelib.mcp.metatools import META_TOOLS, tool_definition
 from chalicelib.store.records import ToolVersion
 from chalicelib.toolbox import Tool
-from chalicelib.workingset import Cause, PromotedBy
 
 PROMOTED_BY_LABELS = {PromotedBy.AGENT.value: "the agent", PromotedBy.PUBLISH.value: "a publish",
                       PromotedBy.CONSOLE.value: "the console"}

@@ -11,12 +11,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from chalicelib import jsontext, runs, toolbox, workingset
+from chalicelib.causes import Cause, PromotedBy
 from chalicelib.errors import ConnectionNotInScope, ToolUnavailable
 from chalicelib.outcomes import Outcome, RunStatus
 from chalicelib.store.records import AgentState
 from chalicelib.toolbox import NAME_PATTERN, Tool, ToolSpec, first_line
 from chalicelib.validation import parse
-from chalicelib.workingset import Cause, PromotedBy
 
 SEPARATOR = "__"
 ALWAYS_LOAD = "anthropic/alwaysLoad"
