@@ -46,6 +46,8 @@ def main() -> None:
 
     tables.create_all()
     vault.ensure_key()
+    if args.announce_listens:
+        _announce_listens()
 
     token = _admin_token(data_dir)
     account_id = accounts.account_of_admin_token(token)
@@ -114,7 +116,25 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--sweep-interval", type=float,
                         default=float(os.environ.get("WORKSET_SWEEP_INTERVAL_SECONDS", "300")),
                         help="seconds between sweeps (default 300, as in AWS)")
+    parser.add_argument("--announce-listens", action="store_true",
+                        help="print `LISTENING <agent id>` once a listen has read the agent's working set and "
+                             "holds (tests order a change after it)")
     return parser.parse_args()
+
+
+def _announce_listens() -> None:
+    """Print `LISTENING <agent id>` as each listen starts to hold: the working set it compares
+    against has been read, so a change made after the line is one the listen reports."""
+    from chalicelib import workingset
+    from chalicelib.store.records import AgentState
+
+    hold = workingset.wait_for_change
+
+    def announced(state: AgentState, *, hold_seconds: float) -> bool:
+        print(f"LISTENING {state.agent.agent_id}", flush=True)
+        return hold(state, hold_seconds=hold_seconds)
+
+    workingset.wait_for_change = announced
 
 
 def _start_emulator(data_dir: Path) -> subprocess.Popen:

@@ -8,7 +8,10 @@ many clients, moto's work (most of the stack's, by py-spy) runs on one core whil
 on the other.
 
 It prints `AWS <endpoint>` once the tables are restored, then serves until SIGTERM or SIGINT,
-compacts the journal and exits. It dies with the process that started it (a `kill -9` of the
+compacts the journal and exits. The stop signals are blocked in every thread and taken by the
+main loop (`sigtimedwait`), never by a handler: a handler interrupts whatever the main thread
+holds, and two signals together (Ctrl-C to the group, then SIGTERM as the parent dies) once
+deadlocked one inside `Event.set`. It dies with the process that started it (a `kill -9` of the
 stack must not leave it holding the data folder), and a second one on the same folder waits for
 the first to finish (a lock file).
 """
@@ -21,17 +24,18 @@ import logging
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 LOCK_FILE = "emulator.lock"
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
 def main() -> None:
     data_dir = Path(sys.argv[1]).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # before any thread: each inherits the mask
     _die_with_parent()
     with (data_dir / LOCK_FILE).open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # an emulator still compacting this folder finishes first
@@ -64,11 +68,8 @@ def serve(data_dir: Path) -> None:
     keys.restore()
     keys.save()
 
-    stop = threading.Event()
-    for signal_number in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signal_number, lambda *_: stop.set())
     print(f"AWS {os.environ['AWS_ENDPOINT_URL']}", flush=True)
-    while not stop.wait(COMPACT_SECONDS):
+    while signal.sigtimedwait(STOP_SIGNALS, COMPACT_SECONDS) is None:
         if journal.due():
             try:
                 journal.compact()

@@ -63,8 +63,8 @@ class Stack:
         assert status == 201, body
 
 
-def start_stack(data_dir: Path, env: dict[str, str] | None = None) -> Stack:
-    return Stack(process.start(data_dir, ADMIN_TOKEN, env))
+def start_stack(data_dir: Path, env: dict[str, str] | None = None, *args: str) -> Stack:
+    return Stack(process.start(data_dir, ADMIN_TOKEN, env, *args))
 
 
 def stop_stack(stack: Stack) -> None:
@@ -74,6 +74,6 @@ def stop_stack(stack: Stack) -> None:
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # a short listen hold, so a subscription that hears nothing closes quickly
-    running = start_stack(tmp_path_factory.mktemp("stack"), {"WORKSET_LISTEN_HOLD_SECONDS": "3"})
+    running = start_stack(tmp_path_factory.mktemp("stack"), {"WORKSET_LISTEN_HOLD_SECONDS": "3"}, "--announce-listens")
     yield running
     stop_stack(running)

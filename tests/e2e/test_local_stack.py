@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
@@ -17,7 +16,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from local.process import RunningStack
+from local.process import RunningStack, clean_environment
 from tests.conftest import Vendor
 from tests.e2e.conftest import ADMIN_TOKEN, ROOT, Stack, start_stack, stop_stack
 
@@ -249,6 +248,26 @@ def test_a_stop_signal_ends_the_stack_with_everything_saved(tmp_path: Path, stop
         stop_stack(second)
 
 
+def test_the_emulator_ends_cleanly_under_a_burst_of_stop_signals(tmp_path: Path) -> None:
+    # GIVEN the emulator alone, serving
+    emulator = subprocess.Popen([sys.executable, "-m", "local.aws", str(tmp_path)], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, env={**clean_environment(), "PYTHONUNBUFFERED": "1"})
+    try:
+        assert emulator.stdout is not None and emulator.stdout.readline().startswith("AWS ")
+        # WHEN Ctrl-C and SIGTERM arrive together, over and over (a person's Ctrl-C reaches the
+        # whole group as the dying parent's SIGTERM does)
+        for _ in range(2_000):
+            emulator.send_signal(signal.SIGINT)
+            emulator.send_signal(signal.SIGTERM)
+        code = emulator.wait(timeout=30)  # a hang guard only: no claim about how long it takes
+    finally:
+        if emulator.poll() is None:
+            emulator.kill()
+            emulator.wait(timeout=30)
+    # THEN it ended by itself, cleanly
+    assert code == 0
+
+
 def test_a_taken_demo_port_is_replaced_by_a_free_one(tmp_path: Path) -> None:
     # GIVEN the port asked for the demo vendor is taken by another server
     with socket.socket() as taken:
@@ -256,7 +275,7 @@ def test_a_taken_demo_port_is_replaced_by_a_free_one(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         # WHEN the stack starts with the demo (no --no-demo; local.process.start always passes it)
-        environment = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "WORKSET_"))}
+        environment = clean_environment()
         environment.update(WORKSET_ADMIN_TOKEN=ADMIN_TOKEN, PYTHONUNBUFFERED="1")
         child = subprocess.Popen(
             [sys.executable, "-m", "local", "--port", "0", "--demo-port", str(port), "--data", str(tmp_path)],

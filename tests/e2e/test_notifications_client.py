@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -62,20 +61,21 @@ async def test_legacy_client_hears_its_own_promote_and_a_sweep_demotion(stack: S
         assert len(heard) == 2  # once
 
 
-async def _listen_while(stack: Stack, key: str, action: Any) -> list[Any]:
-    """Listen on a 2026-07-28 client while `action` runs (shortly after the listen request went
-    out: behind a buffered gateway the acknowledgement arrives with the close); answer the
-    events until the close."""
+async def _listen_while(stack: Stack, agent: dict[str, Any], action: Any) -> list[Any]:
+    """Listen on a 2026-07-28 client of `agent` while `action` runs, once the stack says the
+    listen has read the working set (behind a buffered gateway the acknowledgement arrives only
+    with the close, so the client cannot tell); answer the events until the close."""
     events: list[Any] = []
+    key = agent["api_key"]
 
-    def act_soon() -> None:
-        time.sleep(0.5)
+    def act_once_listening() -> None:
+        stack.running.wait_for(f"LISTENING {agent['id']}")
         action()
 
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60)
     async with http, Client(streamable_http_client(f"{stack.url}/mcp", http_client=http),
                             mode="2026-07-28") as client, anyio.create_task_group() as group:
-        group.start_soon(anyio.to_thread.run_sync, act_soon)
+        group.start_soon(anyio.to_thread.run_sync, act_once_listening)
         async with client.listen(tools_list_changed=True) as subscription:
             async for event in subscription:
                 events.append(event)
@@ -93,7 +93,7 @@ async def test_modern_listen_yields_a_promote_by_another_client_of_the_same_agen
                                 mode="2026-07-28") as other:
             await other.call_tool("promote", {"vendor": shop, "name": "a"})
 
-    events = await _listen_while(stack, agent["api_key"], lambda: anyio.run(promote_from_another_client))
+    events = await _listen_while(stack, agent, lambda: anyio.run(promote_from_another_client))
     assert [type(e).__name__ for e in events] == ["ToolsListChanged"]
 
 
@@ -101,13 +101,13 @@ async def test_modern_listen_yields_a_sweep_demotion(stack: Stack) -> None:
     shop = publish_tools(stack, "a")
     agent = stack.new_agent()
     stack.admin("POST", f"/v1/agents/{agent['id']}/working-set", {"vendor": shop, "name": "a"})
-    events = await _listen_while(stack, agent["api_key"], lambda: sweep_later(stack))
+    events = await _listen_while(stack, agent, lambda: sweep_later(stack))
     assert [type(e).__name__ for e in events] == ["ToolsListChanged"]
 
 
 async def test_modern_listen_hears_nothing_of_another_agents_change(stack: Stack) -> None:
     shop = publish_tools(stack, "a")
     mine, theirs = stack.new_agent(), stack.new_agent()
-    events = await _listen_while(stack, mine["api_key"], lambda: stack.admin(
+    events = await _listen_while(stack, mine, lambda: stack.admin(
         "POST", f"/v1/agents/{theirs['id']}/working-set", {"vendor": shop, "name": "a"}))
     assert events == []
