@@ -5,7 +5,7 @@ SQS and KMS in a process of its own (local/aws.py), with the tables restored fro
 (a snapshot and a write-ahead journal: local/journal.py). Then it creates any missing table, makes
 sure an account and its admin token exist, seeds a demo toolbox on first start, and serves the
 Chalice app on 127.0.0.1 with a request handler that answers keep-alive clients without Nagle's
-delay.
+delay. SIGTERM or SIGINT (Ctrl-C) stops it, with everything saved.
 """
 
 from __future__ import annotations
@@ -18,14 +18,17 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from local import environment
 
 ROOT = Path(__file__).resolve().parent.parent
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
 def main() -> None:
     args = _arguments()
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # before any thread: `_stop_on_signal` takes them
     data_dir = Path(args.data).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     environment.prepare()
@@ -70,7 +73,7 @@ def main() -> None:
 
     stop = threading.Event()
     workers.start(stop, sweep_interval=args.sweep_interval)
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    threading.Thread(target=_stop_on_signal, args=(server,), daemon=True).start()
 
     base = f"http://{args.host}:{port}"
     if not os.environ.get("WORKSET_PUBLIC_URL"):  # links in answers (approval_url, MCP URL) use the real port
@@ -90,8 +93,6 @@ def main() -> None:
     print(f"READY {base}", flush=True)
     try:
         server.server.serve_forever(poll_interval=0.1)
-    except KeyboardInterrupt:
-        pass
     finally:
         stop.set()
         vendor.shutdown()
@@ -120,6 +121,14 @@ def _arguments() -> argparse.Namespace:
                         help="print `LISTENING <agent id>` once a listen has read the agent's working set and "
                              "holds (tests order a change after it)")
     return parser.parse_args()
+
+
+def _stop_on_signal(server: Any) -> None:
+    """Wait for SIGTERM (a service manager) or SIGINT (Ctrl-C), blocked in every thread so that
+    only this one takes them, then stop serving: no handler interrupts the main thread in the
+    middle of a lock, and a second signal changes nothing."""
+    signal.sigwait(STOP_SIGNALS)
+    server.shutdown()
 
 
 def _announce_listens() -> None:
