@@ -227,13 +227,11 @@ def test_a_stop_signal_ends_the_stack_with_everything_saved(tmp_path: Path, stop
                        "request": {"method": "GET", "url": "http://127.0.0.1:9/x"}})
         status, _ = first.admin("POST", f"/v1/agents/{agent['id']}/working-set", {"vendor": "keep", "name": "me"})
         assert status == 201
-        # WHEN it is sent the signal a service manager (SIGTERM) or a person (Ctrl-C) sends
-        process.send_signal(stop_signal)
-        code = process.wait(timeout=30)  # a hang guard only: no claim about how long it takes
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
+    except BaseException:
+        _stopped_by(process, signal.SIGKILL)
+        raise
+    # WHEN it is sent the signal a service manager (SIGTERM) or a person (Ctrl-C) sends
+    code = _stopped_by(process, stop_signal)
     # THEN it ended by itself, cleanly, every write on disk (in the journal, or the snapshot)
     assert code == 0
     saved = [(tmp_path / "snapshot.json").read_text(), *(path.read_text() for path in tmp_path.glob("journal-*.jsonl"))]
@@ -254,18 +252,26 @@ def test_the_emulator_ends_cleanly_under_a_burst_of_stop_signals(tmp_path: Path)
                                 stdout=subprocess.PIPE, env={**clean_environment(), "PYTHONUNBUFFERED": "1"})
     try:
         assert emulator.stdout is not None and emulator.stdout.readline().startswith("AWS ")
-        # WHEN Ctrl-C and SIGTERM arrive together, over and over (a person's Ctrl-C reaches the
-        # whole group as the dying parent's SIGTERM does)
-        for _ in range(2_000):
-            emulator.send_signal(signal.SIGINT)
-            emulator.send_signal(signal.SIGTERM)
-        code = emulator.wait(timeout=30)  # a hang guard only: no claim about how long it takes
-    finally:
-        if emulator.poll() is None:
-            emulator.kill()
-            emulator.wait(timeout=30)
+    except BaseException:
+        _stopped_by(emulator, signal.SIGKILL)
+        raise
+    # WHEN Ctrl-C and SIGTERM arrive together, over and over (a person's Ctrl-C reaches the whole
+    # group as the dying parent's SIGTERM does)
+    code = _stopped_by(emulator, *[signal.SIGINT, signal.SIGTERM] * 2_000)
     # THEN it ended by itself, cleanly
     assert code == 0
+
+
+def _stopped_by(process: subprocess.Popen, *signals: int) -> int:
+    """Send `signals` in turn and answer the exit code; a process still running 30 s later (a hang
+    guard only: no claim about how long stopping takes) is killed, and answers that."""
+    for number in signals:
+        process.send_signal(number)
+    try:
+        return process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait(timeout=30)
 
 
 def test_a_taken_demo_port_is_replaced_by_a_free_one(tmp_path: Path) -> None:
