@@ -47,10 +47,10 @@
 # workset-S-webhooks and workset-S-webhooks-dlq: a delivery lost with them is announced again only
 # by the agent's next change (the outbox flag is cleared once a delivery is queued). Lambda's event
 # sources feed the queues to SweepWorker and WebhookConsumer; Chalice points them at the queues by
-# name, so the template must name the queues so (tests/test_infra.py checks it). A queue of such a
-# name made outside the stack (by hand, or by the local stack pointed at AWS) must be deleted
-# first, and SQS refuses a name for 60 s after a delete: wait that long before making a deleted
-# stage's stack again. WebhookConsumer's event source reports partial batch failures
+# name, so the template must name the queues so (tests/test_infra_queues.py checks it). A queue
+# of such a name made outside the stack (by hand, or by the local stack pointed at AWS) must be
+# deleted first, and SQS refuses a name for 60 s after a delete: wait that long before making a
+# deleted stage's stack again. WebhookConsumer's event source reports partial batch failures
 # (FunctionResponseTypes, merged from the template onto Chalice's event source): without it Lambda
 # would delete a batch's failed deliveries with the rest.
 # DynamoDB adds at most one global secondary index per table per update: a stack made before a

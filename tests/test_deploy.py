@@ -1,4 +1,4 @@
-"""What a deployed stage needs beyond its tables, key and queues (tests/test_infra.py): the
+"""What a deployed stage needs beyond its tables, key and queues (tests/test_infra_*.py): the
 configuration it really has, what it costs to hold a listen, and what tells an operator that
 something is wrong.
 
@@ -21,11 +21,9 @@ from __future__ import annotations
 import copy
 import graphlib
 import json
-import os
 import re
 from collections.abc import Callable
 from typing import Any
-from unittest import mock
 
 import boto3
 import pytest
@@ -36,34 +34,33 @@ from chalicelib import config as app_config
 from chalicelib import log, workingset
 from chalicelib.store import outbox
 from chalicelib.store.models import TABLES
-from tests import test_infra
 from tests.conftest import Admin, Mcp
-from tests.test_console import Console
-from tests.test_infra import (
+from tests.infra import (
     API_GATEWAY_LIMIT_SECONDS,
     ARN_ACCOUNT,
     ARN_REGION,
     CHALICE_DIR,
+    CHALICE_FUNCTIONS,
     KEY_ARN,
     QUEUES,
     ROOT,
-    _as_list,
-    _statements,
+    AwsCall,
     allows,
+    as_list,
     deployed_settings,
     own_resources,
+    packaged_fixture,  # noqa: F401 - fixture `packaged`: `chalice package`, once for this module
     policy,
+    record_aws_fixture,  # noqa: F401 - fixture `record_aws`: every AWS call a test makes
     resolve,
+    settings_under,
     stage_config,
     stages,
+    statements_of,
     template,
 )
+from tests.test_console import Console
 
-# test_infra's fixtures: `chalice package` (once for this module), every AWS call a test makes
-packaged = test_infra.packaged
-record_aws = test_infra.record_aws
-
-FUNCTIONS = ["APIHandler", "Sweep", "SweepWorker", "WebhookConsumer"]  # Chalice's logical ids
 LAMBDA_MARGIN_SECONDS = 5  # what the function keeps after a listen's hold to answer
 
 
@@ -99,7 +96,7 @@ def deployed(monkeypatch: pytest.MonkeyPatch, settings_env: Callable[..., None])
     return put
 
 
-def ssm_reads(record: list[tuple[str, str, dict[str, Any], dict[str, Any]]]) -> list[tuple[str, bool]]:
+def ssm_reads(record: list[AwsCall]) -> list[tuple[str, bool]]:
     return [(params["Name"], params.get("WithDecryption", False))
             for service, operation, params, _ in record if service == "ssm" and operation == "GetParameter"]
 
@@ -185,7 +182,7 @@ def test_the_role_reads_exactly_the_stage_parameters_and_decrypts_only_the_secre
                    "ssm:GetParameterHistory", "ssm:DescribeParameters"):
         for resource in ("*", parameter_arn(names["console-secret"])):
             assert not allows(document, action, resource), (action, resource)
-    ssm_actions = {a for s in _statements(document) for a in _as_list(s["Action"]) if a.startswith("ssm:")}
+    ssm_actions = {a for s in statements_of(document) for a in as_list(s["Action"]) if a.startswith("ssm:")}
     assert ssm_actions == {"ssm:GetParameter"}
 
     # SSM decrypts a SecureString with the caller's rights, naming the parameter in the context
@@ -296,7 +293,7 @@ def references(value: Any) -> set[str]:
 def dependency_cycle(doc: dict[str, Any]) -> list[str] | None:
     """A cycle among the template's resources (CloudFormation refuses the template), or None."""
     resources = doc["Resources"]
-    graph = {logical_id: (references(resource) | set(_as_list(resource.get("DependsOn", [])))) & set(resources)
+    graph = {logical_id: (references(resource) | set(as_list(resource.get("DependsOn", [])))) & set(resources)
              for logical_id, resource in resources.items()}
     try:
         tuple(graphlib.TopologicalSorter(graph).static_order())
@@ -340,7 +337,7 @@ def log_group_problems(doc: dict[str, Any], functions: list[str]) -> list[str]:
 
 
 def test_each_function_has_its_log_group_kept_as_long_as_the_parameter_says() -> None:
-    assert log_group_problems(template(), FUNCTIONS) == []
+    assert log_group_problems(template(), CHALICE_FUNCTIONS) == []
     retention = template()["Parameters"]["LogRetentionInDays"]
     assert retention["Type"] == "Number" and retention["Default"] == 30
     assert 30 in retention["AllowedValues"] and all(isinstance(days, int) for days in retention["AllowedValues"])
@@ -349,7 +346,7 @@ def test_each_function_has_its_log_group_kept_as_long_as_the_parameter_says() ->
 def test_the_log_groups_are_those_of_the_packaged_functions(packaged: dict[str, Any]) -> None:
     functions = [logical_id for logical_id, resource in packaged["template"]["Resources"].items()
                  if resource["Type"] == "AWS::Serverless::Function"]
-    assert sorted(functions) == sorted(FUNCTIONS)
+    assert sorted(functions) == sorted(CHALICE_FUNCTIONS)
     assert log_group_problems(packaged["template"], functions) == []
 
 
@@ -362,7 +359,7 @@ def test_the_log_groups_are_those_of_the_packaged_functions(packaged: dict[str, 
 def test_a_broken_log_group_fails_the_check(break_it: Callable[[dict[str, Any]], Any]) -> None:
     broken = template()
     break_it(broken)
-    assert log_group_problems(broken, FUNCTIONS) != []
+    assert log_group_problems(broken, CHALICE_FUNCTIONS) != []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,8 +372,8 @@ APP_METRICS = ("SweepFailures", "RunEndsUnrecorded", "OAuthReplays")
 # Every DynamoDB operation the store makes: the policy's actions, and TransactWriteItems (which
 # IAM authorizes as its parts; chalicelib/store/base.py's transaction).
 TABLE_OPERATIONS = {"TransactWriteItems"} | {
-    action.removeprefix("dynamodb:") for statement in _statements(policy("dev"))
-    for action in _as_list(statement["Action"]) if action.startswith("dynamodb:")}
+    action.removeprefix("dynamodb:") for statement in statements_of(policy("dev"))
+    for action in as_list(statement["Action"]) if action.startswith("dynamodb:")}
 
 
 def _metric(properties: dict[str, Any]) -> tuple[str, str, dict[str, str]]:
@@ -414,7 +411,7 @@ def expected_alarms(doc: dict[str, Any]) -> dict[str, str]:
     for queue in QUEUES:
         wanted[f"{queue.dead_letter_id} depth"] = json.dumps(("AWS/SQS", "ApproximateNumberOfMessagesVisible", {
             "QueueName": json.dumps({"Fn::GetAtt": [queue.dead_letter_id, "QueueName"]})}), sort_keys=True)
-    for function in FUNCTIONS:
+    for function in CHALICE_FUNCTIONS:
         for metric in ("Errors", "Throttles"):
             wanted[f"{function} {metric}"] = json.dumps(("AWS/Lambda", metric, {
                 "FunctionName": json.dumps({"Ref": function})}), sort_keys=True)
@@ -467,7 +464,8 @@ def alarm_problems(doc: dict[str, Any]) -> list[str]:
 
 def test_the_alarms_watch_the_dead_letters_the_functions_the_api_and_the_tables() -> None:
     assert alarm_problems(template()) == []
-    assert len(expected_alarms(template())) == len(QUEUES) + 2 * len(FUNCTIONS) + 1 + len(TABLES) + len(APP_METRICS)
+    assert len(expected_alarms(template())) == (len(QUEUES) + 2 * len(CHALICE_FUNCTIONS) + 1 + len(TABLES)
+                                                + len(APP_METRICS))
 
 
 def test_the_alarms_notify_a_topic_the_stack_makes_unless_one_is_given() -> None:
@@ -533,19 +531,11 @@ def test_a_broken_alarm_fails_the_check(break_it: Callable[[dict[str, Any]], Any
 # subscriptions/listen on Lambda
 
 
-def function_settings(function: dict[str, Any]) -> app_config.Settings:
-    """The settings a packaged function sees: its environment over the app's defaults."""
-    environment = {name: value for name, value in os.environ.items() if not name.startswith("WORKSET_")}
-    environment.update(function["Properties"]["Environment"]["Variables"])
-    with mock.patch.dict(os.environ, environment, clear=True):
-        return app_config.settings.__wrapped__()
-
-
 def test_the_listen_hold_ends_before_lambda_and_api_gateway_give_up(packaged: dict[str, Any]) -> None:
     """Held to the timeout, Lambda ends an idle listen and API Gateway answers 502; the margin is
     the function's time to answer after the hold (one read, the response)."""
     function = packaged["template"]["Resources"]["APIHandler"]
-    hold = function_settings(function).listen_hold_seconds
+    hold = settings_under(function["Properties"]["Environment"]["Variables"]).listen_hold_seconds
     timeout = function["Properties"]["Timeout"]
     assert hold <= timeout - LAMBDA_MARGIN_SECONDS
     assert hold <= API_GATEWAY_LIMIT_SECONDS - LAMBDA_MARGIN_SECONDS

@@ -20,10 +20,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -34,9 +32,8 @@ import pytest
 from chalicelib import embedder
 from infra import compile_package
 from infra.halve_model import halve_zip
-from tests.test_infra import NETWORK_TROUBLE
+from tests.infra import NETWORK_TROUBLE, ROOT, normal_name, outside_environment, unreachable_requirement
 
-ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_LIMIT_BYTES = 200 * 2**20  # Lambda allows 250 MiB unzipped; keep room to grow
 NEVER_SHIPPED = {"huggingface_hub", "hf_xet"}  # tokenizers' download machinery
 # Distributions in the package that nothing imports, and why they are there anyway.
@@ -48,7 +45,6 @@ NEEDED_WITHOUT_IMPORT = {
 # chalice package adds its runtime without metadata; __pycache__ holds the bytecode of top-level
 # modules (app.py, six.py, ...), added by infra/compile_package.py
 OWN_ENTRIES = {"app.py", "chalicelib", "chalice", "__pycache__"}
-UNSATISFIED = re.compile(r"Could not (?:satisfy the requirement:|find a version that satisfies the requirement) (\S+)")
 QUERY = "list the sales orders of a customer"
 TOOLS = {
     "list-sales-orders": "List sales orders, filtered by customer and date.",
@@ -75,33 +71,18 @@ print(json.dumps({"modules": modules, "hits": [k for k, _ in hits],
 """
 
 
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
-
-
 def _offline(output: str) -> bool:
-    """Whether the build failed for want of the package index. pip (installing vendor/) and
-    chalice (vendoring requirements.txt) report an index they cannot reach as a requirement that
-    does not exist: ask pip again for that requirement, as tests/test_infra.py does."""
-    if NETWORK_TROUBLE.search(output):
-        return True
-    missing = UNSATISFIED.search(output)
-    if not missing:
-        return False
-    with tempfile.TemporaryDirectory() as scratch:
-        again = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "--retries", "1",
-             "--dest", scratch, missing.group(1)],
-            capture_output=True, text=True, timeout=300, check=False,
-        )
-    return again.returncode != 0 and NETWORK_TROUBLE.search(again.stdout + again.stderr) is not None
+    """Whether the build failed for want of the package index: pip installing vendor/ may say so,
+    or, like chalice vendoring requirements.txt, report a requirement that does not exist
+    (tests/infra.py asks pip again which of the two it is)."""
+    return NETWORK_TROUBLE.search(output) is not None or unreachable_requirement(output) is not None
 
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """infra/build.sh dev into a temporary folder, and deployment.zip unzipped beside it."""
     out = tmp_path_factory.mktemp("build") / "dev"
-    environment = {name: value for name, value in os.environ.items() if not name.startswith("WORKSET_")}
+    environment = outside_environment()
     environment.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     result = subprocess.run(
         ["infra/build.sh", "dev", str(out)],
@@ -142,7 +123,7 @@ def _distributions(root: Path) -> dict[str, set[str]]:
     """Normalised distribution name -> the top-level entries its RECORD installs."""
     owned: dict[str, set[str]] = {}
     for record in root.glob("*.dist-info/RECORD"):
-        name = _normal(record.parent.name[: -len(".dist-info")].split("-")[0])
+        name = normal_name(record.parent.name[: -len(".dist-info")].split("-")[0])
         tops = {line.split(",")[0].split("/")[0] for line in record.read_text().splitlines() if line}
         # ".." entries are what pip would put outside site-packages (console scripts)
         owned[name] = {t for t in tops if not t.endswith((".dist-info", ".data")) and t != ".."}
@@ -173,7 +154,7 @@ def test_package_fits_lambda_with_room(package: dict[str, Any]) -> None:
 def test_package_leaves_out_hub_downloads(package: dict[str, Any]) -> None:
     # GIVEN the package
     # WHEN its top-level entries are listed
-    tops = {_normal(info.filename.split("/")[0].split("-")[0]) for info in package["infos"]}
+    tops = {normal_name(info.filename.split("/")[0].split("-")[0]) for info in package["infos"]}
     # THEN nothing of huggingface_hub or hf_xet is in it (neither code nor metadata)
     assert not tops & NEVER_SHIPPED
 

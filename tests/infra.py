@@ -1,0 +1,531 @@
+"""What the infra tests share (tests/test_infra_*.py, tests/test_iam.py, tests/test_deploy.py).
+
+- Reading `.chalice/config.json`, the per-stage IAM policies and `infra/resources.json` (the
+  CloudFormation fragment merged by `chalice package --merge-template`), and the settings a
+  stage's function will see.
+- One shape for a table, whether read from DescribeTable or from CloudFormation properties.
+- The template's SQS queues (`QUEUES`) and what a queue and its dead-letter queue must be.
+- `allows`, the stage policies evaluated as IAM evaluates them (tests/test_iam.py holds it to
+  IAM's rules), and `Call`: what IAM sees of one DynamoDB, KMS or SQS call.
+- Fixtures: `record_aws` (every AWS call from then on) and `packaged` (`chalice package`, once
+  for each module that uses it). A test module imports the fixture functions it uses
+  (`record_aws_fixture`, `packaged_fixture`) with `# noqa: F401`, as tests/books.py's are.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import boto3
+import botocore.client
+import pytest
+from chalice.config import Config
+from chalice.utils import to_cfn_resource_name
+
+from chalicelib import config as app_config
+from chalicelib.store import queues
+from chalicelib.store.models import TABLES
+
+ROOT = Path(__file__).resolve().parent.parent
+CHALICE_DIR = ROOT / ".chalice"
+RESOURCES = ROOT / "infra" / "resources.json"
+
+API_GATEWAY_LIMIT_SECONDS = 29  # REST API integration timeout
+ARN_REGION, ARN_ACCOUNT = "us-east-1", "123456789012"
+# What IAM sees as the resource of an Encrypt or Decrypt: the key itself, never its alias.
+KEY_ARN = f"arn:aws:kms:{ARN_REGION}:{ARN_ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+CHALICE_FUNCTIONS = ["APIHandler", "Sweep", "SweepWorker", "WebhookConsumer"]  # Chalice's logical ids
+# One AWS API call as `record_aws` records it: (service, operation, parameters, answer or {}).
+AwsCall = tuple[str, str, dict[str, Any], dict[str, Any]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the files
+
+
+def chalice_config() -> dict[str, Any]:
+    return json.loads((CHALICE_DIR / "config.json").read_text())
+
+
+def stages() -> list[str]:
+    return sorted(chalice_config()["stages"])
+
+
+def stage_config(stage: str, function: str = "api_handler") -> Config:
+    """The stage's settings as Chalice resolves them for one function (top-level values inherited;
+    `function` is a handler's `name=`)."""
+    return Config(chalice_stage=stage, function_name=function, user_provided_params={"project_dir": str(ROOT)},
+                  config_from_disk=chalice_config())
+
+
+def table_prefix(stage: str) -> str:
+    return stage_config(stage).environment_variables["WORKSET_TABLE_PREFIX"]
+
+
+def outside_environment() -> dict[str, str]:
+    """This process's environment without the app's settings (WORKSET_*)."""
+    return {name: value for name, value in os.environ.items() if not name.startswith("WORKSET_")}
+
+
+def settings_under(variables: dict[str, str]) -> app_config.Settings:
+    """The settings a function whose environment sets `variables` sees: those over the app's own
+    defaults (uncached: the process's settings stay as they are)."""
+    with mock.patch.dict(os.environ, outside_environment() | variables, clear=True):
+        return app_config.settings.__wrapped__()
+
+
+def deployed_settings(stage: str) -> app_config.Settings:
+    """The settings the stage's function will see: the stage's environment over the app's own
+    defaults."""
+    return settings_under(stage_config(stage).environment_variables)
+
+
+def key_alias(stage: str) -> str:
+    """The alias the stage's function encrypts with (WORKSET_KMS_KEY_ID or its default)."""
+    return deployed_settings(stage).kms_key_id
+
+
+def policy(stage: str) -> dict[str, Any]:
+    config = stage_config(stage)
+    return json.loads((CHALICE_DIR / config.iam_policy_file).read_text())
+
+
+def template() -> dict[str, Any]:
+    return json.loads(RESOURCES.read_text())
+
+
+def resolve(value: Any, parameters: dict[str, str]) -> Any:
+    """The value of a `Ref` to a parameter or an `Fn::Sub` over parameters; plain values as is."""
+    if isinstance(value, dict) and set(value) == {"Ref"}:
+        return parameters[value["Ref"]]
+    if isinstance(value, dict) and set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
+        return re.sub(r"\$\{([^}!]+)\}", lambda match: parameters[match.group(1)], value["Fn::Sub"])
+    return value
+
+
+def own_resources(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The resources the fragment declares (with a Type), by logical id."""
+    return {logical_id: resource for logical_id, resource in doc["Resources"].items() if "Type" in resource}
+
+
+def overlays(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What the fragment adds to resources that `chalice package` makes (no Type: the merge puts
+    these keys onto Chalice's resource of the same logical id)."""
+    return {logical_id: resource for logical_id, resource in doc["Resources"].items() if "Type" not in resource}
+
+
+def template_tables(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The template's DynamoDB tables by logical id."""
+    return {
+        logical_id: resource
+        for logical_id, resource in doc.get("Resources", {}).items()
+        if resource.get("Type") == "AWS::DynamoDB::Table"
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# One shape for a table, whether read from DescribeTable or from CloudFormation properties
+
+
+def _keys(key_schema: list[dict[str, str]]) -> dict[str, str]:
+    return {key["KeyType"]: key["AttributeName"] for key in key_schema}
+
+
+def _projection(projection: dict[str, Any]) -> dict[str, Any]:
+    return {"type": projection["ProjectionType"], "non_key": sorted(projection.get("NonKeyAttributes", []))}
+
+
+def _indexes(indexes: list[dict[str, Any]] | None) -> dict[str, Any]:
+    return {
+        index["IndexName"]: {"key": _keys(index["KeySchema"]), "projection": _projection(index["Projection"])}
+        for index in indexes or []
+    }
+
+
+def table_shape(definition: dict[str, Any]) -> dict[str, Any]:
+    """Keys, attribute types and indexes of a table (DescribeTable and CloudFormation spell them
+    the same way)."""
+    return {
+        "key": _keys(definition["KeySchema"]),
+        "attributes": {a["AttributeName"]: a["AttributeType"] for a in definition["AttributeDefinitions"]},
+        "global_indexes": _indexes(definition.get("GlobalSecondaryIndexes")),
+        "local_indexes": _indexes(definition.get("LocalSecondaryIndexes")),
+    }
+
+
+def model_tables() -> dict[str, dict[str, Any]]:
+    """What the models create, by table name without the prefix: the tables exist (conftest's
+    `create_all` made them from the models under moto), so ask DynamoDB."""
+    prefix = app_config.settings().table_prefix + "-"
+    client = boto3.client("dynamodb")
+    shapes = {}
+    for model in TABLES:
+        name = model.Meta.table_name
+        assert name.startswith(prefix), name
+        shapes[name[len(prefix):]] = table_shape(client.describe_table(TableName=name)["Table"])
+    return shapes
+
+
+def declared_tables(doc: dict[str, Any], stage: str) -> dict[str, dict[str, Any]]:
+    """What the template declares for a stage, by table name without the stage's prefix."""
+    prefix = table_prefix(stage) + "-"
+    shapes = {}
+    for logical_id, resource in template_tables(doc).items():
+        name = resolve(resource["Properties"]["TableName"], {"Stage": stage})
+        assert isinstance(name, str) and name.startswith(prefix), f"{logical_id}: {name!r} lacks {prefix!r}"
+        shapes[name[len(prefix):]] = table_shape(resource["Properties"])
+    return shapes
+
+
+# ---------------------------------------------------------------------------------------------
+# The queues
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A queue of the template and the function Lambda's event source feeds it to. Its name is a
+    property of the settings: the code sends by that name, `on_sqs_message(queue=...)` subscribes
+    by it (Chalice packages the event source as the ARN of that NAME, not as a reference to the
+    template's queue), and the template must declare the queue under the same name, with its
+    dead-letter queue `<name>-dlq` (as `queues.ensure` makes them on the local stack)."""
+
+    setting: str  # the Settings property that names the queue
+    logical_id: str  # the queue in infra/resources.json
+    dead_letter_id: str  # its dead-letter queue there
+    consumer: str  # the `name=` of its `on_sqs_message` handler
+    # The consumer answers {"batchItemFailures": [...]}: its event source must say so
+    # (FunctionResponseTypes), or Lambda deletes the failed messages with the rest of the batch.
+    reports_batch_item_failures: bool = False
+    # The deployed code puts a failed message back with its own backoff (`queues.retry_later`,
+    # sqs:ChangeMessageVisibility; on no other queue).
+    retried_later: bool = False
+
+    def name(self, stage: str) -> str:
+        return str(getattr(deployed_settings(stage), self.setting))
+
+    @property
+    def consumer_id(self) -> str:
+        """The consumer's logical id in the packaged template."""
+        return to_cfn_resource_name(self.consumer)
+
+    @property
+    def event_id(self) -> str:
+        """The consumer's SQS event source in the packaged template (Chalice names it after the
+        handler's `name=`; the fragment's overlay must use the same id)."""
+        return to_cfn_resource_name(f"{self.consumer}-sqs-event-source")
+
+
+QUEUES = [
+    Queue("sweep_queue", "SweepQueue", "SweepDeadLetterQueue", "sweep_worker"),
+    Queue("webhook_queue", "WebhookQueue", "WebhookDeadLetterQueue", "webhook_consumer",
+          reports_batch_item_failures=True, retried_later=True),
+]
+REPORT_BATCH_ITEM_FAILURES = "ReportBatchItemFailures"
+
+# AWS: a queue that feeds a Lambda function needs a visibility timeout of at least six times the
+# function's timeout (plus the event source's batching window); shorter, and a message comes back
+# for another delivery while an invocation (or Lambda's retry of a throttled one) still has it.
+VISIBILITY_PER_FUNCTION_TIMEOUT = 6
+SQS_DEFAULT_RETENTION_SECONDS = 4 * 24 * 3600
+DEAD_LETTER_RETENTION_SECONDS = 14 * 24 * 3600  # the most SQS keeps a message
+
+
+def queue_arn(name: str, *, region: str = ARN_REGION, account: str = ARN_ACCOUNT) -> str:
+    return f"arn:aws:sqs:{region}:{account}:{name}"
+
+
+def queue_problems(doc: dict[str, Any], stage: str, queue: Queue, *, worker_timeout: int,
+                   batching_window: int = 0) -> list[str]:
+    """What is wrong with the template's queue and dead-letter queue for a stage (nothing: []),
+    given the timeout of the function that consumes it."""
+    resources = doc.get("Resources", {})
+    if queue.logical_id not in resources or queue.dead_letter_id not in resources:
+        return [f"want {queue.logical_id} and {queue.dead_letter_id}, found {sorted(resources)}"]
+    main, dead = resources[queue.logical_id], resources[queue.dead_letter_id]
+    problems = []
+    for logical_id, resource, name in ((queue.logical_id, main, queue.name(stage)),
+                                       (queue.dead_letter_id, dead, f"{queue.name(stage)}-dlq")):
+        properties = resource.get("Properties", {})
+        if resource.get("Type") != "AWS::SQS::Queue" or properties.get("FifoQueue", False) is not False:
+            problems.append(f"{logical_id} is not a standard SQS queue")
+        declared = resolve(properties.get("QueueName"), {"Stage": stage})
+        if declared != name:
+            problems.append(f"{logical_id} is named {declared!r}, the code uses {name!r}")
+        # A queue holds work in passing (the sweep's batches, which the next sweep finds again;
+        # webhook deliveries, which the agent's next change announces anew): it goes with the
+        # stack (a retained one would also block a new stack of the stage, which names it).
+        if (resource.get("DeletionPolicy"), resource.get("UpdateReplacePolicy")) != ("Delete", "Delete"):
+            problems.append(f"{logical_id} is not deleted with the stack")
+        # SSE-SQS: encrypted at rest, and no KMS grant for the sender or the event source
+        if properties.get("SqsManagedSseEnabled") is not True or "KmsMasterKeyId" in properties:
+            problems.append(f"{logical_id} is not encrypted with SQS-managed keys")
+    main_properties, dead_properties = main.get("Properties", {}), dead.get("Properties", {})
+    redrive = main_properties.get("RedrivePolicy", {})
+    if redrive.get("deadLetterTargetArn") != {"Fn::GetAtt": [queue.dead_letter_id, "Arn"]}:
+        problems.append(f"{queue.logical_id} does not redrive to {queue.dead_letter_id}: {redrive}")
+    if str(redrive.get("maxReceiveCount")) != str(queues.MAX_RECEIVES):
+        problems.append(f"maxReceiveCount is {redrive.get('maxReceiveCount')}, queues.MAX_RECEIVES is "
+                        f"{queues.MAX_RECEIVES}")
+    if "RedrivePolicy" in dead_properties:
+        problems.append(f"{queue.dead_letter_id} redrives further")
+    visibility = int(main_properties.get("VisibilityTimeout", 30))
+    needed = VISIBILITY_PER_FUNCTION_TIMEOUT * worker_timeout + batching_window
+    if visibility < needed:
+        problems.append(f"VisibilityTimeout {visibility} s < {VISIBILITY_PER_FUNCTION_TIMEOUT} x the consumer's "
+                        f"{worker_timeout} s + {batching_window} s")
+    # A message keeps its first enqueue time in a standard dead-letter queue: it must be kept
+    # there longer than on the queue, and the longest SQS allows gives time to look at it.
+    retention = int(main_properties.get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION_SECONDS))
+    dead_retention = int(dead_properties.get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION_SECONDS))
+    if dead_retention != DEAD_LETTER_RETENTION_SECONDS or dead_retention <= retention:
+        problems.append(f"{queue.dead_letter_id} keeps messages {dead_retention} s (the queue {retention} s)")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# The IAM policies as IAM evaluates them, and what IAM sees of a call
+
+
+def statements_of(document: dict[str, Any]) -> list[dict[str, Any]]:
+    statements = document["Statement"]
+    return statements if isinstance(statements, list) else [statements]
+
+
+def as_list(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+Context = dict[str, str | list[str]]
+
+
+def _condition_holds(operator: str, key: str, wanted: list[str], context: Context) -> bool:
+    """One condition of a statement, as IAM evaluates it; only the operators the policies use
+    (any other fails the test, so a new one cannot pass unevaluated)."""
+    present = {name.lower(): value for name, value in context.items()}.get(key.lower())
+    values = as_list(present) if present is not None else []
+    if operator == "StringEquals":  # single-valued key: absent never matches
+        return len(values) == 1 and values[0] in wanted
+    if operator == "ForAnyValue:StringEquals":  # some request value is wanted; absent: false
+        return any(value in wanted for value in values)
+    if operator == "ForAllValues:StringEquals":  # every request value is wanted; absent: TRUE
+        return all(value in wanted for value in values)
+    if operator == "StringLike":  # single-valued key, case-sensitive, * and ? as wildcards
+        return len(values) == 1 and any(_like(values[0], pattern) for pattern in wanted)
+    if operator == "Null":
+        assert wanted in (["true"], ["false"]), wanted
+        return (not values) == (wanted == ["true"])
+    raise AssertionError(f"allows() cannot evaluate condition operator {operator!r}: teach it, precisely")
+
+
+def _like(value: str, pattern: str) -> bool:
+    """IAM's StringLike: `*` any run of characters, `?` one character, nothing else special."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value, re.DOTALL) is not None
+
+
+def allows(document: dict[str, Any], action: str, resource: str, context: Context | None = None) -> bool:
+    """Whether an identity policy with Allow statements only grants `action` on `resource` for a
+    request carrying the condition keys of `context` (an absent key is absent from the request)."""
+    for statement in statements_of(document):
+        assert statement["Effect"] == "Allow" and "NotAction" not in statement and "NotResource" not in statement
+        actions = [a.lower() for a in as_list(statement["Action"])]
+        if not any(fnmatch.fnmatchcase(action.lower(), pattern) for pattern in actions):
+            continue
+        if not any(fnmatch.fnmatchcase(resource, pattern) for pattern in as_list(statement["Resource"])):
+            continue
+        # operators AND together, and so do the keys within one operator
+        if all(_condition_holds(operator, key, as_list(wanted), context or {})
+               for operator, keys in statement.get("Condition", {}).items() for key, wanted in keys.items()):
+            return True
+    return False
+
+
+def table_arn(stage: str, suffix: str, index: str | None = None, *, region: str = ARN_REGION,
+              account: str = ARN_ACCOUNT) -> str:
+    arn = f"arn:aws:dynamodb:{region}:{account}:table/{table_prefix(stage)}-{suffix}"
+    return f"{arn}/index/{index}" if index else arn
+
+
+@dataclass(frozen=True)
+class Call:
+    """One authorization a store call needs, independent of the stage: a DynamoDB action on a
+    table (by its name without the prefix) or index, a KMS action on the secrets key, or an SQS
+    action on a queue (by its name without the prefix)."""
+
+    action: str
+    table: str | None = None
+    index: str | None = None
+    encryption_context_keys: tuple[str, ...] = ()
+    by_alias: bool = False  # the request named the key by its alias (kms:RequestAlias)
+    queue: str | None = None
+
+    def request(self, stage: str) -> tuple[str, str, Context]:
+        """(action, resource, condition keys) as IAM sees the call made by the stage's function."""
+        if self.action.startswith("dynamodb:"):
+            assert self.table is not None
+            return self.action, table_arn(stage, self.table, self.index), {}
+        if self.action.startswith("sqs:"):
+            assert self.queue is not None
+            return self.action, queue_arn(f"{table_prefix(stage)}-{self.queue}"), {}
+        context: Context = {"kms:ResourceAliases": [key_alias(stage)]}
+        if self.encryption_context_keys:
+            context["kms:EncryptionContextKeys"] = list(self.encryption_context_keys)
+        if self.by_alias:
+            context["kms:RequestAlias"] = key_alias(stage)
+        return self.action, KEY_ARN, context
+
+
+def dynamodb_calls(operation: str, params: dict[str, Any]) -> Iterator[Call]:
+    """What one DynamoDB API call is authorized against (table names still prefixed)."""
+    if operation in {"TransactWriteItems", "TransactGetItems"}:
+        names = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
+                 "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
+        for item in params["TransactItems"]:
+            ((kind, body),) = item.items()
+            yield Call(f"dynamodb:{names[kind]}", body["TableName"])
+    elif operation in {"BatchGetItem", "BatchWriteItem"}:
+        for name in params["RequestItems"]:
+            yield Call(f"dynamodb:{operation}", name)
+    else:
+        yield Call(f"dynamodb:{operation}", params["TableName"], params.get("IndexName"))
+
+
+def kms_call(operation: str, params: dict[str, Any], answer: dict[str, Any], key_arn: str) -> Call:
+    """What one KMS API call is authorized against: the key it used must be the settings' key."""
+    assert operation in {"Encrypt", "Decrypt"}, f"the store calls kms:{operation}; add it to kms_call"
+    assert answer["KeyId"] == key_arn, f"{operation} used {answer['KeyId']}, not the key of the settings' alias"
+    by_alias = str(params.get("KeyId", "")).startswith("alias/")
+    if "KeyId" in params:
+        assert params["KeyId"] == app_config.settings().kms_key_id, params["KeyId"]
+    return Call(f"kms:{operation}", encryption_context_keys=tuple(sorted(params.get("EncryptionContext", {}))),
+                by_alias=by_alias)
+
+
+# The batch operations of SQS are authorized as the single ones.
+SQS_BATCHES = {"SendMessageBatch": "SendMessage", "DeleteMessageBatch": "DeleteMessage",
+               "ChangeMessageVisibilityBatch": "ChangeMessageVisibility"}
+
+
+def sqs_call(operation: str, params: dict[str, Any]) -> Call:
+    """What one SQS API call is authorized against: the queue it names or addresses (prefixed)."""
+    name = params["QueueName"] if "QueueName" in params else params["QueueUrl"].rstrip("/").rsplit("/", 1)[1]
+    return Call(f"sqs:{SQS_BATCHES.get(operation, operation)}", queue=name)
+
+
+@pytest.fixture(name="record_aws")
+def record_aws_fixture(monkeypatch: pytest.MonkeyPatch) -> list[AwsCall]:
+    """Every AWS API call from now on: (service, operation, parameters, answer or {})."""
+    calls: list[AwsCall] = []
+    original = botocore.client.BaseClient._make_api_call
+
+    def record(client: Any, operation: str, params: dict[str, Any]) -> Any:
+        if getattr(client, "unrecorded", False):
+            return original(client, operation, params)
+        entry = (client.meta.service_model.service_name, operation, copy.deepcopy(params), {})
+        calls.append(entry)
+        answer = original(client, operation, params)
+        entry[3].update(answer)
+        return answer
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", record)
+    return calls
+
+
+def unrecorded(service: str) -> Any:
+    """A client whose calls `record_aws` leaves out: the store's tour (tests/store_tour.py) looks at
+    what the store did."""
+    client = boto3.client(service)
+    client.unrecorded = True
+    return client
+
+
+# ---------------------------------------------------------------------------------------------
+# chalice package
+
+
+def console_script(name: str) -> str:
+    """A console script of this environment (never another one on PATH: a global cfn-lint can
+    carry other runtime-deprecation dates)."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed (requirements-dev.txt)")
+    return found
+
+
+# What pip prints when it cannot reach an index (it says so only when it may retry).
+NETWORK_TROUBLE = re.compile(
+    r"connection broken by|NewConnectionError|NameResolutionError|Failed to resolve|Max retries exceeded"
+    r"|Temporary failure in name resolution|Network is unreachable|Connection refused|timed out|ProxyError"
+    r"|Could not fetch URL",
+    re.IGNORECASE,
+)
+# How pip and `chalice package` report a requirement they could not get.
+UNSATISFIED = re.compile(r"Could not (?:satisfy the requirement:|find a version that satisfies the requirement) (\S+)")
+
+
+def unreachable_requirement(output: str) -> str | None:
+    """The requirement a build could not get for want of the package index, or None. pip and
+    `chalice package` (`NoSuchPackageError`) say the same of a requirement that does not exist and
+    of a package index they cannot reach: ask pip again which of the two it is."""
+    missing = UNSATISFIED.search(output)
+    if not missing:
+        return None
+    with tempfile.TemporaryDirectory() as scratch:
+        probe = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "--retries", "1",
+             "--dest", scratch, missing.group(1)],
+            capture_output=True, text=True, timeout=300, check=False,
+        )
+    if probe.returncode != 0 and NETWORK_TROUBLE.search(probe.stdout + probe.stderr):
+        return missing.group(1)
+    return None
+
+
+def skip_if_offline(output: str) -> None:
+    """Offline, the packaged template's tests skip, except under CI (the `CI` variable set), where
+    they fail."""
+    requirement = unreachable_requirement(output)
+    if requirement is None:
+        return
+    reason = f"chalice package needs the package index to vendor {requirement}, and this machine cannot reach it"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must package the template: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module", name="packaged")
+def packaged_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`chalice package --merge-template infra/resources.json --stage dev` into a temporary
+    folder (dependency builds are cached in .chalice/deployments, which git ignores)."""
+    out = tmp_path_factory.mktemp("package")
+    environment = outside_environment()
+    environment.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    result = subprocess.run(
+        [console_script("chalice"), "package", "--merge-template", str(RESOURCES.relative_to(ROOT)), "--stage", "dev",
+         str(out)],
+        cwd=ROOT, env=environment, capture_output=True, text=True, timeout=900, check=False,
+    )
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        skip_if_offline(output)
+        pytest.fail(f"chalice package failed ({result.returncode}):\n{output[-4000:]}")
+    return {"dir": out, "output": output, "template": json.loads((out / "sam.json").read_text())}
+
+
+def normal_name(name: str) -> str:
+    """A distribution's name as its metadata and its .dist-info folder compare."""
+    return re.sub(r"[-_.]+", "_", name).lower()
