@@ -23,7 +23,8 @@ import pytest
 import chalicelib.store
 from chalicelib import config as app_config
 from chalicelib.store import queues
-from tests.infra import QUEUES, AwsCall, Call, dynamodb_calls, kms_call, sqs_call, unrecorded
+from tests.iam import Call, dynamodb_calls, kms_call, sqs_call, unrecorded
+from tests.infra import QUEUES, AwsCall
 
 
 def exercise_store() -> set[str]:

@@ -35,6 +35,12 @@ from chalicelib import log, workingset
 from chalicelib.store import outbox
 from chalicelib.store.models import TABLES
 from tests.conftest import Admin, Mcp
+from tests.iam import (
+    allows,
+    as_list,
+    record_aws_fixture,  # noqa: F401 - fixture `record_aws`: every AWS call a test makes
+    statements_of,
+)
 from tests.infra import (
     API_GATEWAY_LIMIT_SECONDS,
     ARN_ACCOUNT,
@@ -45,18 +51,14 @@ from tests.infra import (
     QUEUES,
     ROOT,
     AwsCall,
-    allows,
-    as_list,
     deployed_settings,
     own_resources,
     packaged_fixture,  # noqa: F401 - fixture `packaged`: `chalice package`, once for this module
     policy,
-    record_aws_fixture,  # noqa: F401 - fixture `record_aws`: every AWS call a test makes
     resolve,
     settings_under,
     stage_config,
     stages,
-    statements_of,
     template,
 )
 from tests.test_console import Console

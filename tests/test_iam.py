@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.infra import KEY_ARN, allows
+from tests.iam import allows
+from tests.infra import KEY_ARN
 
 
 def test_allows_evaluates_conditions_as_iam_does() -> None:

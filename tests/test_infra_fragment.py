@@ -14,15 +14,7 @@ from typing import Any
 import pytest
 
 from chalicelib.store.models import TABLES
-from tests.infra import (
-    CHALICE_FUNCTIONS,
-    QUEUES,
-    REPORT_BATCH_ITEM_FAILURES,
-    overlays,
-    own_resources,
-    stages,
-    template,
-)
+from tests.infra import CHALICE_FUNCTIONS, QUEUES, REPORT_BATCH_ITEM_FAILURES, overlays, own_resources, stages, template
 
 
 # What the fragment holds besides tables, key and queues (tests/test_deploy.py checks each kind):

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.iam import allows, as_list
 from tests.infra import (
     ARN_ACCOUNT,
     ARN_REGION,
@@ -24,8 +25,6 @@ from tests.infra import (
     QUEUES,
     REPORT_BATCH_ITEM_FAILURES,
     ROOT,
-    allows,
-    as_list,
     console_script,
     declared_tables,
     normal_name,

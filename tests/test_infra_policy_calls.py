@@ -14,18 +14,14 @@ from typing import Any
 
 import pytest
 
-from tests.infra import (
-    QUEUES,
+from tests.iam import (
     Call,
     allows,
     as_list,
-    policy,
-    queue_arn,
     record_aws_fixture,  # noqa: F401 - fixture `record_aws`, which `store_calls` uses
-    stages,
     statements_of,
-    table_prefix,
 )
+from tests.infra import QUEUES, policy, queue_arn, stages, table_prefix
 from tests.store_tour import store_calls_fixture  # noqa: F401 - fixture `store_calls`
 
 # What Lambda's SQS event source does with the consuming function's role (the three actions of

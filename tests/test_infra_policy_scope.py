@@ -17,6 +17,14 @@ import pytest
 
 from chalicelib import config as app_config
 from chalicelib.store import queues
+from tests.iam import (
+    allows,
+    as_list,
+    record_aws_fixture,  # noqa: F401 - fixture `record_aws`
+    sqs_call,
+    statements_of,
+    table_arn,
+)
 from tests.infra import (
     ARN_ACCOUNT,
     ARN_REGION,
@@ -24,17 +32,11 @@ from tests.infra import (
     QUEUES,
     ROOT,
     AwsCall,
-    allows,
-    as_list,
     key_alias,
     model_tables,
     policy,
     queue_arn,
-    record_aws_fixture,  # noqa: F401 - fixture `record_aws`
-    sqs_call,
     stages,
-    statements_of,
-    table_arn,
 )
 
 

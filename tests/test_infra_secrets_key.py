@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.infra import key_alias, resolve, stages, statements_of, template
+from tests.iam import statements_of
+from tests.infra import key_alias, resolve, stages, template
 
 KEY_ADMINISTRATOR = {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}}
 
