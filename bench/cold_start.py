@@ -139,7 +139,7 @@ def _heavy(before: set[str]) -> list[str]:
 def _setup(tools: list[dict[str, Any]], vendor_url: str) -> tuple[str, dict[str, Any]]:
     """Tables, an account, an agent and the toolbox, written through the store as a publish on
     another instance leaves them (publishing runs the model: it must not run here)."""
-    from chalicelib import accounts, toolbox
+    from chalicelib import accounts, definitions
     from chalicelib.clock import utcnow
     from chalicelib.config import settings
     from chalicelib.store import queues, vault
@@ -154,7 +154,7 @@ def _setup(tools: list[dict[str, Any]], vendor_url: str) -> tuple[str, dict[str,
     account, _ = accounts.create_account("bench", now)
     agent = accounts.create_agent(account.account_id, {"name": "bench"}, now)
     for tool in tools:
-        spec = toolbox.parse_spec({
+        spec = definitions.parse_spec({
             "vendor": tool["vendor"], "name": tool["name"], "description": tool["description"],
             "input_schema": {"type": "object", "properties": {"customer": {"type": "string"}}},
             "annotations": {"readOnlyHint": True}, "request": {"method": "GET", "url": f"{vendor_url}/orders"},

@@ -29,9 +29,9 @@ CAPS = (20, 50, 100, 500)
 
 def main() -> None:
     sys.path.insert(0, str(ROOT))
+    from chalicelib.definitions import Tool, ToolSpec
     from chalicelib.mcp.metatools import META_TOOLS, tool_definition
     from chalicelib.store.records import ToolVersion
-    from chalicelib.toolbox import Tool, ToolSpec
 
     tools = []
     for index, raw in enumerate(json.loads(BENCH.read_text())):

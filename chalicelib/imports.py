@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chalicelib import connections, outbound
 from chalicelib.config import settings
+from chalicelib.definitions import ToolSpec
 from chalicelib.errors import InvalidInput, WorksetError
 from chalicelib.indexes import INLINE_VECTORS
 from chalicelib.outbound import HttpRequest
@@ -38,8 +39,7 @@ from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed
 from chalicelib.store.records import ToolVersion
 from chalicelib.store.tools import NewVersion
-from chalicelib.toolbox import NAME_PATTERN, ToolSpec
-from chalicelib.validation import parse
+from chalicelib.validation import NAME_PATTERN, parse
 
 OPENAPI, MCP = "openapi", "mcp"  # the kinds of source
 VECTORS = "vectors"  # the work queue message that computes a batch of imported tools' vectors

@@ -29,6 +29,7 @@ from chalicelib import accounts, credentials, log, notify, toolbox, vendor
 from chalicelib.clock import SKEW_ALLOWANCE, utcnow
 from chalicelib.config import settings
 from chalicelib.connection_auth import Credential
+from chalicelib.definitions import Tool
 from chalicelib.errors import (
     Conflict,
     ConnectionNotInScope,
@@ -47,7 +48,6 @@ from chalicelib.store import agents as agent_store
 from chalicelib.store import queues
 from chalicelib.store import runs as run_store
 from chalicelib.store.records import ALLOW, DENY, AgentState, Approval, Page, Run, RunToSweep
-from chalicelib.toolbox import Tool
 from chalicelib.validation import check_instance
 from chalicelib.workingset import idle_deadline
 

@@ -18,13 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from chalicelib import connections, credentials, imports, log, mcpclient
 from chalicelib.config import settings
+from chalicelib.definitions import checked_url
 from chalicelib.errors import Conflict, NotFound, WorksetError
 from chalicelib.imports import MCP, Candidate, Report
 from chalicelib.store import queues
 from chalicelib.store import upstreams as upstream_store
 from chalicelib.store.records import Page, Upstream
-from chalicelib.toolbox import NAME_PATTERN, checked_url
-from chalicelib.validation import parse
+from chalicelib.validation import NAME_PATTERN, parse
 
 T = TypeVar("T")
 SYNC = "sync_upstream"  # the work queue message that syncs one server

@@ -11,10 +11,10 @@ from urllib.parse import quote, quote_plus, unquote, urlencode, urlsplit, urluns
 from chalicelib import jsontext, outbound
 from chalicelib.config import settings
 from chalicelib.connection_auth import Credential
+from chalicelib.definitions import HEADER_VALUE, Tool, UpstreamCall
 from chalicelib.errors import InvalidInput, VendorError, WorksetError
 from chalicelib.outbound import HttpRequest
 from chalicelib.outcomes import Outcome, RunStatus, failure
-from chalicelib.toolbox import HEADER_VALUE, Tool, UpstreamCall
 
 QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 FORM = "application/x-www-form-urlencoded"

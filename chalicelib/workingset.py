@@ -25,13 +25,13 @@ from datetime import datetime, timedelta
 
 from chalicelib import log, notify, toolbox
 from chalicelib.causes import PROMOTION_CAUSES, Action, Cause, PromotedBy
+from chalicelib.definitions import Tool
 from chalicelib.errors import Busy, NotPromoted, PinLimit
 from chalicelib.store import agents as agent_store
 from chalicelib.store import history as history_store
 from chalicelib.store import outbox
 from chalicelib.store.agents import News, Pin
 from chalicelib.store.records import AgentState, HistoryEvent, Page, Promotion
-from chalicelib.toolbox import Tool
 
 
 @dataclass(frozen=True)

@@ -183,14 +183,14 @@ def _admin_token(data_dir: Path) -> str:
 
 
 def _seed_demo(account_id: str, vendor_url: str) -> None:
-    from chalicelib import toolbox
+    from chalicelib import definitions, toolbox
     from chalicelib.clock import utcnow
     from local.demo import demo_tools
 
     if toolbox.page(account_id, limit=1, cursor=None).items:
         return  # the toolbox has tools already: never overwrite a person's work
     for definition in demo_tools(vendor_url):
-        toolbox.publish(account_id, toolbox.parse_spec(definition), published_by="demo", now=utcnow())
+        toolbox.publish(account_id, definitions.parse_spec(definition), published_by="demo", now=utcnow())
     print(f"  Seeded a demo toolbox ({len(demo_tools(vendor_url))} tools calling {vendor_url})", flush=True)
 
 

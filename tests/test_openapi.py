@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib import openapi, toolbox
+from chalicelib import definitions, openapi
 from chalicelib.errors import InvalidInput
 from chalicelib.openapi import Candidate
 from tests.conftest import within
@@ -66,7 +66,7 @@ def _candidates(document: dict[str, Any], **options: Any) -> dict[str, Candidate
 
 
 def _assert_publishable(definition: dict[str, Any]) -> None:
-    toolbox.parse_spec(definition)  # InvalidInput naming the field if Workset would refuse it
+    definitions.parse_spec(definition)  # InvalidInput naming the field if Workset would refuse it
 
 
 def _definition(document: dict[str, Any], key: str, **options: Any) -> dict[str, Any]:

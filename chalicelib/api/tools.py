@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import accounts, toolbox
+from chalicelib import accounts, definitions, toolbox
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, body, limit, query
 from chalicelib.clock import utcnow
@@ -12,7 +12,7 @@ from chalicelib.clock import utcnow
 
 @admin_route("/v1/tools", "POST", status=201)
 def publish_tool(account_id: str) -> dict[str, Any]:
-    spec = toolbox.parse_spec(body())
+    spec = definitions.parse_spec(body())
     tool = toolbox.publish(account_id, spec, published_by=accounts.ADMIN, now=utcnow())
     return {"vendor": spec.vendor, "name": spec.name, "version": tool.version.version}
 

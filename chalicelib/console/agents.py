@@ -15,11 +15,11 @@ from chalicelib.causes import Cause, PromotedBy
 from chalicelib.config import settings
 from chalicelib.console import present
 from chalicelib.console.common import ALL_PAGE, PAGE_SIZE, Ctx, action, every, page, redirect
+from chalicelib.definitions import Tool
 from chalicelib.errors import InvalidInput, PinLimit
 from chalicelib.mcp.metatools import META_TOOLS
 from chalicelib.oauth import tokens
 from chalicelib.store.records import Agent, AgentState, Promotion, Run
-from chalicelib.toolbox import Tool
 
 RECENT_RUNS = 10
 PICKER_SIZE = 20

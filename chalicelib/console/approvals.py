@@ -7,10 +7,10 @@ from chalice import Response
 
 from chalicelib import runs, toolbox
 from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, every, page, redirect, safe_next
+from chalicelib.definitions import Tool
 from chalicelib.errors import ToolNotFound
 from chalicelib.outcomes import RunStatus
 from chalicelib.store.records import Run
-from chalicelib.toolbox import Tool
 
 
 @page("/console/approvals")

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from chalicelib import toolbox
+from chalicelib import definitions
 from chalicelib.causes import Cause, PromotedBy
 from chalicelib.clock import iso, utcnow
+from chalicelib.definitions import Tool
 from chalicelib.imports import MCP, NEW_VERSION, OPENAPI
 from chalicelib.mcp.metatools import META_TOOLS, tool_definition
 from chalicelib.store.records import ToolVersion
-from chalicelib.toolbox import Tool
 
 PROMOTED_BY_LABELS = {PromotedBy.AGENT.value: "the agent", PromotedBy.PUBLISH.value: "a publish",
                       PromotedBy.CONSOLE.value: "the console"}
@@ -97,7 +97,7 @@ def counted(counts: dict[str, int] | None) -> str:
 
 def first_line(text: str, limit: int = 160) -> str:
     """A description's first line, cut to fit a table cell."""
-    return toolbox.first_line(text, limit)
+    return definitions.first_line(text, limit)
 
 
 def pretty(value: Any) -> str:

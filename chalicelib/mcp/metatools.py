@@ -12,11 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chalicelib import jsontext, runs, toolbox, workingset
 from chalicelib.causes import Cause, PromotedBy
+from chalicelib.definitions import Tool, ToolSpec, first_line, parse_spec
 from chalicelib.errors import ConnectionNotInScope, ToolUnavailable
 from chalicelib.outcomes import Outcome, RunStatus
 from chalicelib.store.records import AgentState
-from chalicelib.toolbox import NAME_PATTERN, Tool, ToolSpec, first_line
-from chalicelib.validation import parse
+from chalicelib.validation import NAME_PATTERN, parse
 
 SEPARATOR = "__"
 ALWAYS_LOAD = "anthropic/alwaysLoad"
@@ -227,7 +227,7 @@ def _run_tool(call: Call, raw: Any) -> Outcome:
 
 
 def _acquire(call: Call, raw: Any) -> Outcome:
-    spec = toolbox.parse_spec(raw)
+    spec = parse_spec(raw)
     agent_id = call.state.agent.agent_id
     tool = toolbox.acquire(call.state, spec, call.now)
     change = workingset.promote(call.state, spec.vendor, spec.name, by=PromotedBy.PUBLISH, actor=agent_id,

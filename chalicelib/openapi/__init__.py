@@ -36,7 +36,7 @@ from chalicelib.openapi.reading import MAX_DOCUMENT_BYTES, check_version, read_d
 from chalicelib.openapi.refs import Refs
 from chalicelib.openapi.schemas import Schemas
 from chalicelib.openapi.servers import Servers
-from chalicelib.toolbox import NAME_PATTERN
+from chalicelib.validation import NAME_PATTERN
 
 __all__ = ["CARRIABLE_AUTH", "MAX_DOCUMENT_BYTES", "MAX_INPUT_NESTING", "Candidate", "candidates", "read_document"]
 

@@ -11,12 +11,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from chalicelib.definitions import PLACEHOLDER
 from chalicelib.errors import InvalidInput
 from chalicelib.jsontext import MAX_DEPTH
 from chalicelib.openapi.operations import Operation
 from chalicelib.openapi.problems import Skip, at, cut, shown
 from chalicelib.openapi.schemas import Inliner, Overflow, Schemas, json_size
-from chalicelib.toolbox import PLACEHOLDER
 
 INLINE_BYTES = 64 * 1024
 MAX_INPUT_BYTES = 256 * 1024

@@ -11,7 +11,7 @@ from typing import Any
 from chalicelib.errors import InvalidInput
 from chalicelib.openapi.problems import Skip, Where, at, shown
 from chalicelib.openapi.refs import Refs
-from chalicelib.toolbox import NAME_PATTERN
+from chalicelib.validation import NAME_PATTERN
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 NAME = re.compile(NAME_PATTERN)
