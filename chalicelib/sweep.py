@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chalicelib import imports, log, notify, runs, upstreams, workingset
+from chalicelib import imports, log, notify, run_ends, upstreams, workingset
 from chalicelib.causes import Action, Cause
 from chalicelib.config import settings
 from chalicelib.store import agents as agent_store
@@ -73,7 +73,7 @@ def run(now: datetime, *, account_id: str | None = None, dispatch: Dispatch | No
     with _logged("sweep", account_id=account_id) as (report, line):
         # each step alone: a failing one is logged, and the rest of the rule still runs
         line["drained"] = _step(report, "drain", notify.drain, 0)  # changes a crash left unannounced
-        report.runs = _step(report, "runs", lambda: runs.sweep_runs(now, account_id=account_id), {})
+        report.runs = _step(report, "runs", lambda: run_ends.sweep_runs(now, account_id=account_id), {})
         line["upstreams_queued"] = _step(report, "upstreams", lambda: upstreams.queue_due(now, account_id=account_id),
                                          0)
         found = {**_step(report, "due", lambda: sweep_store.due_agents(now), {}),
@@ -96,13 +96,13 @@ def queue_dispatch(batches: list[list[str]]) -> None:
 
 def handle_message(body: str, now: datetime) -> None:
     """One message of the work queue: a batch of a large sweep, the end of a run its Lambda could
-    not record (`runs.DEFERRED_END`), a batch of imported tools' search vectors
+    not record (`run_ends.DEFERRED_END`), a batch of imported tools' search vectors
     (`imports.VECTORS`), or an MCP server to sync (`upstreams.SYNC`). Raises while it cannot be handled: SQS tries again,
     and parks it in the dead-letter queue after the last try."""
     message = json.loads(body)
     kind = message.get("type")
-    if kind == runs.DEFERRED_END:
-        runs.record_deferred_end(message, now)
+    if kind == run_ends.DEFERRED_END:
+        run_ends.record_deferred_end(message, now)
     elif kind == imports.VECTORS:
         imports.fill_vectors(message)
     elif kind == upstreams.SYNC:
