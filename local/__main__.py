@@ -10,6 +10,7 @@ delay. SIGTERM or SIGINT (Ctrl-C) stops it, with everything saved.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import os
 import secrets
@@ -18,7 +19,6 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 from local import environment
 
@@ -28,7 +28,8 @@ STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 def main() -> None:
     args = _arguments()
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # before any thread: `_stop_on_signal` takes them
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # before any thread: only `_interrupt_on_signal` takes them
+    threading.Thread(target=_interrupt_on_signal, daemon=True).start()
     data_dir = Path(args.data).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     environment.prepare()
@@ -73,7 +74,6 @@ def main() -> None:
 
     stop = threading.Event()
     workers.start(stop, sweep_interval=args.sweep_interval)
-    threading.Thread(target=_stop_on_signal, args=(server,), daemon=True).start()
 
     base = f"http://{args.host}:{port}"
     if not os.environ.get("WORKSET_PUBLIC_URL"):  # links in answers (approval_url, MCP URL) use the real port
@@ -93,6 +93,8 @@ def main() -> None:
     print(f"READY {base}", flush=True)
     try:
         server.server.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        pass
     finally:
         stop.set()
         vendor.shutdown()
@@ -123,12 +125,13 @@ def _arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _stop_on_signal(server: Any) -> None:
+def _interrupt_on_signal() -> None:
     """Wait for SIGTERM (a service manager) or SIGINT (Ctrl-C), blocked in every thread so that
-    only this one takes them, then stop serving: no handler interrupts the main thread in the
-    middle of a lock, and a second signal changes nothing."""
+    only this one takes them, then interrupt the main thread once (KeyboardInterrupt), whether it
+    is starting up or serving: no handler runs inside the main thread's locks, and a second
+    signal changes nothing."""
     signal.sigwait(STOP_SIGNALS)
-    server.shutdown()
+    _thread.interrupt_main()
 
 
 def _announce_listens() -> None:

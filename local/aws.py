@@ -35,10 +35,13 @@ STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 def main() -> None:
     data_dir = Path(sys.argv[1]).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # before any thread: each inherits the mask
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # the local stack's mask is inherited across exec
     _die_with_parent()
     with (data_dir / LOCK_FILE).open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # an emulator still compacting this folder finishes first
+        # blocked only now, so a signal still stops one waiting for the lock at once; and before
+        # any thread, so each thread inherits the mask and the main loop alone takes them
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         serve(data_dir)
 
 

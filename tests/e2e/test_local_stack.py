@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
 import signal
@@ -260,6 +261,23 @@ def test_the_emulator_ends_cleanly_under_a_burst_of_stop_signals(tmp_path: Path)
     code = _stopped_by(emulator, *[signal.SIGINT, signal.SIGTERM] * 2_000)
     # THEN it ended by itself, cleanly
     assert code == 0
+
+
+def test_an_emulator_waiting_for_the_folder_lock_still_stops_at_sigterm(tmp_path: Path) -> None:
+    # GIVEN the data folder's lock held (an older emulator still compacting), and an emulator
+    # started the way the local stack starts it, with the stop signals blocked
+    with (tmp_path / "emulator.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        try:
+            emulator = subprocess.Popen([sys.executable, "-m", "local.aws", str(tmp_path)], cwd=ROOT,
+                                        stdout=subprocess.DEVNULL, env=clean_environment())
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+        # WHEN it is sent SIGTERM (before or while it waits: blocked, the signal stays pending)
+        code = _stopped_by(emulator, signal.SIGTERM)
+    # THEN it ended at the signal, not by the hang guard's kill
+    assert code == -signal.SIGTERM
 
 
 def _stopped_by(process: subprocess.Popen, *signals: int) -> int:
