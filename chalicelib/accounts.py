@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from chalicelib import hosts, jsontext, log, notify, outbound
+from chalicelib import hosts, jsontext, log, notify, outbound, urls
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import Conflict, InvalidInput, NotFound, Unauthorized, WorksetError
@@ -41,6 +41,12 @@ ADMIN = "admin"  # the actor of what an admin token or the console does
 MAX_ALLOWED_HOSTS = 50
 
 
+def _webhook_url(value: str) -> str:
+    """A webhook URL as every URL is read (`urls.parse`); where it resolves is checked apart."""
+    urls.parse(value)
+    return value
+
+
 class AgentSettings(BaseModel):
     """The settings a person may change; every field optional so PATCH can send any subset
     (`webhook_url: null` removes the webhook)."""
@@ -51,7 +57,7 @@ class AgentSettings(BaseModel):
     idle_window_days: int | None = Field(
         default=None, ge=IDLE_WINDOW_RANGE[0], le=IDLE_WINDOW_RANGE[1], strict=True
     )
-    webhook_url: str | None = Field(default=None, max_length=2000)
+    webhook_url: Annotated[str, AfterValidator(_webhook_url)] | None = Field(default=None, max_length=2000)
     # "all" (every connection of the account, the default) or the ids of the connections allowed
     connections: Literal["all"] | list[Annotated[str, Field(pattern=r"^cn[0-9a-f]{1,32}$")]] | None = Field(
         default=None, max_length=100)

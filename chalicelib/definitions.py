@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from chalicelib import outbound
+from chalicelib import outbound, urls
 from chalicelib.errors import InvalidInput, ToolUnavailable
 from chalicelib.store.records import ToolVersion
 from chalicelib.validation import NAME_PATTERN, parse
@@ -174,7 +174,12 @@ def checked_url(value: str) -> str:
     a non-ASCII host becomes its IDNA form and non-ASCII path or query text is percent-encoded."""
     if any(ord(char) <= 0x20 or ord(char) == 0x7F for char in value):
         raise ValueError("must not contain spaces or control characters (percent-encode them)")
-    parts = urlsplit(value)
+    if "\\" in value:
+        raise ValueError("must not contain a backslash (a browser reads it as /)")
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        raise ValueError("is not a URL (check the brackets around an IPv6 host)") from None
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ValueError("must be an absolute http or https URL")
     if parts.username is not None or parts.password is not None:
@@ -198,7 +203,9 @@ def checked_url(value: str) -> str:
     netloc = host if ":" not in host else f"[{host}]"
     netloc += f":{parts.port}" if parts.port else ""
     path, query = (quote(piece, safe=URL_SAFE) for piece in (parts.path, parts.query))
-    return urlunsplit((parts.scheme, netloc, path, query, ""))
+    normalized = urlunsplit((parts.scheme, netloc, path, query, ""))
+    urls.parse(normalized, template=True)  # read as every URL is: a browser would go where Python sends
+    return normalized
 
 
 def _authoring_schema(schema: dict[str, Any]) -> None:
