@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, quote, urlencode
 
 from chalice import Response
 
-from chalicelib import accounts, connections, jsontext, sessions
+from chalicelib import accounts, connections, jsontext, sessions, urls
 from chalicelib.clock import utcnow
 from chalicelib.config import body_limit, settings
 from chalicelib.console import present
@@ -117,6 +117,15 @@ def _route(path: str, method: str) -> Callable[[Callable[..., Response]], Any]:
     return register
 
 
+def _origin_only(target: str) -> bool:
+    """`target` is an origin as `urls.parse` reads it (nothing else may reach a policy: a space or a
+    bare `*` in it would admit any target)."""
+    try:
+        return urls.parse(target).origin == target
+    except ValueError:
+        return False
+
+
 _TITLES = {400: "Not accepted", 404: "Not found", 409: "Conflict", 413: "Too large"}
 
 
@@ -129,7 +138,7 @@ def render(template: str, status: int = 200, headers: dict[str, str] | None = No
     OAuth client)."""
     nonce = secrets.token_urlsafe(12)
     body = jsontext.scrub(_environment().get_template(template).render(nonce=nonce, **values))
-    form_action = " ".join(("'self'", *form_targets))
+    form_action = " ".join(("'self'", *(target for target in form_targets if _origin_only(target))))
     policy = (f"default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; img-src 'self' data:; "
               f"form-action {form_action}; frame-ancestors 'none'; base-uri 'none'")
     return Response(body=body, status_code=status, headers={

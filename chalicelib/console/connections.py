@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 from chalice import Response
 
-from chalicelib import connections, credentials, jsontext, sessions, sweep
+from chalicelib import connections, credentials, jsontext, sessions, sweep, urls
 from chalicelib.clock import utcnow
 from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, bp, every, leave, page, redirect, render
 from chalicelib.errors import InvalidInput
@@ -120,9 +119,10 @@ def _connection_page(ctx: Ctx, connection_id: str, status: int = 200, *, error: 
 
 def _origin(authorize_url: str) -> str:
     """`scheme://host[:port]` of a stored authorize URL, or "" if it is not one a policy may name."""
-    parts = urlsplit(authorize_url)
-    origin = f"{parts.scheme}://{parts.netloc}"
-    return origin if re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?", origin) else ""
+    try:
+        return urls.parse(authorize_url).origin
+    except ValueError:
+        return ""
 
 
 def _payload(form: dict[str, str]) -> dict[str, Any]:

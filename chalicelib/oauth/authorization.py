@@ -9,12 +9,13 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
-from urllib.parse import urlencode, urlsplit
+from typing import NoReturn
+from urllib.parse import urlencode
 
-from chalicelib import accounts
+from chalicelib import accounts, urls
 from chalicelib.accounts import hash_token
 from chalicelib.config import settings
+from chalicelib.oauth.clients import redirect_uri
 from chalicelib.oauth.discovery import SCOPE, issuer
 from chalicelib.store import oauth as oauth_store
 from chalicelib.store.records import AuthorizationCode, OAuthClient
@@ -42,56 +43,72 @@ class Redirected(Exception):
 
 @dataclass(frozen=True)
 class Pending:
-    """A checked authorization request, waiting for a person's answer."""
+    """A checked authorization request, waiting for a person's answer. `url` is the redirect URI
+    as `clients.redirect_uri` reads it; `exact` says it is one the client registered, string for
+    string (not a loopback one on another port): only then may a fault go back to it unasked."""
 
     client: OAuthClient
-    redirect_uri: str
+    url: urls.URL
+    exact: bool
     code_challenge: str
     scope: str
     resource: str
     state: str | None
 
     @property
+    def redirect_uri(self) -> str:
+        """The redirect URI, as asked (and registered)."""
+        return self.url.text
+
+    @property
     def redirect_host(self) -> str:
-        """Where the answer goes, as the consent page shows it."""
-        return urlsplit(self.redirect_uri).netloc
+        """Where the answer goes, as the consent page shows it (the host a browser goes to)."""
+        return self.url.netloc
 
     @property
     def redirect_origin(self) -> str:
         """The redirect URI's origin (the consent form may send the browser there)."""
-        parts = urlsplit(self.redirect_uri)
-        return f"{parts.scheme}://{parts.netloc}"
+        return self.url.origin
 
     def answer(self, **params: str) -> str:
         """The redirect URI carrying `params`, the state and the issuer."""
         extra = {**params, **({"state": self.state} if self.state is not None else {}), "iss": issuer()}
-        separator = "&" if urlsplit(self.redirect_uri).query else "?"
-        return f"{self.redirect_uri}{separator}{urlencode(extra)}"
+        separator = "" if self.url.text.endswith("?") else "&" if self.url.query else "?"
+        return f"{self.url.text}{separator}{urlencode(extra)}"
+
+    def refuse(self, error: str, description: str) -> NoReturn:
+        """Refuse the request: at the redirect URI when it is a registered one exactly (RFC 9700
+        4.11: no open redirect), else to the person."""
+        if self.exact:
+            raise Redirected(self.answer(error=error, error_description=description))
+        raise UnsafeRequest(f"{self.client.client_name} sent a request Workset cannot answer ({description}). "
+                            "Nothing was sent to the application.")
 
 
 def check_request(params: dict[str, str], now: datetime) -> Pending:
     """The authorization request in `params` (the query of `/console/oauth/authorize`), checked.
 
     Raises UnsafeRequest for an unknown client or a redirect URI it did not register (the person
-    is told; nothing goes to the URI), and Redirected for every other fault (the client is told).
+    is told; nothing goes to the URI), and Redirected for every other fault (the client is told,
+    at a redirect URI it registered exactly; at any other, the person is told instead).
     """
     client = oauth_store.get_client(params.get("client_id", ""), now)
     if client is None:
         raise UnsafeRequest("This application is not registered with Workset (or its registration expired). "
                             "Connect it again from the application.")
-    redirect_uri = params.get("redirect_uri") or (client.redirect_uris[0] if len(client.redirect_uris) == 1 else "")
-    if not _registered(client, redirect_uri):
+    asked = params.get("redirect_uri") or (client.redirect_uris[0] if len(client.redirect_uris) == 1 else "")
+    match = _registered(client, asked)
+    if match is None:
         raise UnsafeRequest(f"{client.client_name} asked to send the answer to an address it did not register. "
                             "Nothing was sent there.")
     state = params.get("state")
-    pending = Pending(client, redirect_uri, params.get("code_challenge", ""), granted_scope(params.get("scope")),
+    pending = Pending(client, *match, params.get("code_challenge", ""), granted_scope(params.get("scope")),
                       params.get("resource") or settings().mcp_url, state if state and _STATE.fullmatch(state) else None)
     if state and pending.state is None:
-        raise Redirected(pending.answer(error="invalid_request", error_description="state is not printable ASCII"))
+        pending.refuse("invalid_request", "state is not printable ASCII")
     faults = _faults(params, pending)
     if faults:
-        error, description = faults[0]
-        raise Redirected(pending.answer(error=error, error_description=description))
+        pending.refuse(*faults[0])
     return pending
 
 
@@ -114,20 +131,28 @@ def granted_scope(requested: str | None) -> str:
     return SCOPE if asked and asked <= ACCEPTED_SCOPES else ""
 
 
-def _registered(client: OAuthClient, redirect_uri: str) -> bool:
-    """Exact match with a registered URI; for loopback http, any port (RFC 8252 7.3)."""
-    if redirect_uri in client.redirect_uris:
-        return True
+def _registered(client: OAuthClient, asked: str) -> tuple[urls.URL, bool] | None:
+    """The asked redirect URI, read, and whether it is a registered one exactly; a loopback one
+    matches a registered loopback one on any port (RFC 8252 7.3), comparing what both read as,
+    never raw text. None when it matches none (or is not one a browser and Workset read alike)."""
     try:
-        asked = urlsplit(redirect_uri)
-        return asked.scheme == "http" and (asked.hostname or "") in {"localhost", "127.0.0.1", "::1"} and any(
-            _without_port(asked) == _without_port(urlsplit(known)) for known in client.redirect_uris)
+        url = redirect_uri(asked)
     except ValueError:
-        return False
+        return None
+    if asked in client.redirect_uris:
+        return url, True
+    for known in client.redirect_uris:
+        try:
+            registered = redirect_uri(known)
+        except ValueError:  # registered before today's checks: it matches nothing
+            continue
+        if url.scheme == "http" and url.is_loopback and _without_port(url) == _without_port(registered):
+            return url, False
+    return None
 
 
-def _without_port(parts: Any) -> tuple[str, str, str, str]:
-    return parts.scheme, parts.hostname or "", parts.path, parts.query
+def _without_port(url: urls.URL) -> tuple[str, str, str, str]:
+    return url.scheme, url.host, url.path, url.query
 
 
 def consent(pending: Pending, account_id: str, agent_id: str, *, actor: str, now: datetime) -> str:
