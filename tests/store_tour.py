@@ -255,8 +255,9 @@ def exercise_store() -> set[str]:
     assert run(oauth.redeem, "code-hash", code, grant, now) is True
     assert oauth.redeem("code-hash", code, grant, now) is False  # once only
     assert run(oauth.rotate, "a2", "g1", presented_hash="rt-1", access_hash="at-2", access_expires_at=week,
-               refresh_hash="rt-2", refresh_expires_at=week, now=now) is True
+               refresh_hash="rt-2", refresh_expires_at=week, now=now, spent_until=week) is True
     assert agents.load_state("a2").grants[0].previous_refresh_hash == "rt-1"
+    assert run(oauth.spent_refresh, "rt-1", now) == ("a2", "g1")
     assert run(oauth.revoke_grant, "a2", "g1", now) is True
     assert run(agents.replace_key, "a2", "key-hash-3") is True
     assert run(agents.revoke_agent, "a2", now) is True

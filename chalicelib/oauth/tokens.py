@@ -67,12 +67,19 @@ def _redeem(client: OAuthClient, form: dict[str, str], now: datetime) -> dict[st
 
 def _refresh(client: OAuthClient, form: dict[str, str], now: datetime) -> dict[str, Any]:
     presented = form.get("refresh_token", "")
-    state, grant = _grant_of(presented, client)
-    if grant.previous_refresh_hash and hmac.compare_digest(hash_token(presented), grant.previous_refresh_hash):
-        _replayed("refresh_token", state.agent.agent_id, grant.grant_id, client.client_id, now)
-        raise OAuthError("invalid_grant", "the refresh token was already used; the grant is revoked")
+    presented_hash = hash_token(presented)
+    try:
+        state, grant = _grant_of(presented, client)
+    except OAuthError:
+        spent = oauth_store.spent_refresh(presented_hash, now) if presented.startswith(REFRESH_TOKEN_PREFIX) else None
+        if spent is None:
+            raise
+        agent_id, grant_id = spent  # rotated away generations ago: a copy of it leaked all the same
+        raise _replay(agent_id, grant_id, client.client_id, now) from None
+    if grant.previous_refresh_hash and hmac.compare_digest(presented_hash, grant.previous_refresh_hash):
+        raise _replay(state.agent.agent_id, grant.grant_id, client.client_id, now)
     if not grant.active or state.agent.revoked or not grant.refresh_hash or not hmac.compare_digest(
-            hash_token(presented), grant.refresh_hash) or (grant.refresh_expires_at or now) <= now:
+            presented_hash, grant.refresh_hash) or (grant.refresh_expires_at or now) <= now:
         raise OAuthError("invalid_grant", "the refresh token is not valid")
     if form.get("resource", grant.resource) != grant.resource:
         raise OAuthError("invalid_target", "resource differs from the grant's")
@@ -82,9 +89,16 @@ def _refresh(client: OAuthClient, form: dict[str, str], now: datetime) -> dict[s
     if not oauth_store.rotate(state.agent.agent_id, grant.grant_id, presented_hash=grant.refresh_hash,
                               access_hash=hash_token(issued.access), access_expires_at=now + ACCESS_LIFETIME,
                               refresh_hash=hash_token(issued.refresh), refresh_expires_at=now + REFRESH_LIFETIME,
-                              now=now):
-        raise OAuthError("invalid_grant", "the refresh token was used meanwhile")
+                              now=now, spent_until=now + REFRESH_LIFETIME):
+        # another request presented the same token at the same moment: two copies of it exist
+        raise _replay(state.agent.agent_id, grant.grant_id, client.client_id, now)
     return issued.answer(grant.scope)
+
+
+def _replay(agent_id: str, grant_id: str, client_id: str, now: datetime) -> OAuthError:
+    """A refresh token presented a second time, however and whenever: the grant is revoked."""
+    _replayed("refresh_token", agent_id, grant_id, client_id, now)
+    return OAuthError("invalid_grant", "the refresh token was already used; the grant is revoked")
 
 
 def _replayed(what: str, agent_id: str, grant_id: str, client_id: str, now: datetime) -> None:

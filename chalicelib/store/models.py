@@ -59,6 +59,7 @@ HEAD_PREFIX = "T#"
 SESSION_PREFIX = "session#"
 OAUTH_CLIENT_PREFIX = "oauth-client#"
 OAUTH_CODE_PREFIX = "oauth-code#"
+OAUTH_SPENT_PREFIX = "oauth-spent#"
 GRANT_PREFIX = "G#"
 SHARDS = 4  # partitions of each index the sweep reads: a sweep with nothing due makes 3 x SHARDS queries
 VERSION_PREFIX = "V#"
@@ -160,6 +161,19 @@ class OAuthCodeItem(Model):
     expires_at = UTCDateTimeAttribute()
     redeemed_at = UTCDateTimeAttribute(null=True)
     ttl = TTLAttribute(null=True)
+
+
+class SpentRefreshItem(Model):
+    """A refresh token rotated away, by its hash, under `OAUTH_SPENT_PREFIX`: whose grant it was.
+    Written in the rotation's own transaction (so of two rotations with one token, one fails), and
+    kept as long as the token could have lived, so that it coming back at any later time, however
+    many rotations on, revokes the grant."""
+
+    Meta = _meta("admin-tokens")
+    token_hash = UnicodeAttribute(hash_key=True)
+    agent_id = UnicodeAttribute()
+    grant_id = UnicodeAttribute()
+    ttl = TTLAttribute()
 
 
 # Every index projects only what its queries read, so the writes a run or a sweep makes to an

@@ -18,10 +18,12 @@ from chalicelib.store.models import (
     AGENT_SK,
     OAUTH_CLIENT_PREFIX,
     OAUTH_CODE_PREFIX,
+    OAUTH_SPENT_PREFIX,
     AgentSettingsItem,
     GrantItem,
     OAuthClientItem,
     OAuthCodeItem,
+    SpentRefreshItem,
     grant_sk,
 )
 from chalicelib.store.records import AuthorizationCode, Grant, OAuthClient
@@ -92,15 +94,35 @@ def redeem(code_hash: str, code: AuthorizationCode, grant: Grant, now: datetime)
 
 
 def rotate(agent_id: str, grant_id: str, *, presented_hash: str, access_hash: str, access_expires_at: datetime,
-           refresh_hash: str, refresh_expires_at: datetime, now: datetime) -> bool:
+           refresh_hash: str, refresh_expires_at: datetime, now: datetime, spent_until: datetime) -> bool:
     """Replace the grant's tokens, if the refresh token presented is still its current one and the
-    grant is not revoked; the presented one becomes the previous (its reuse revokes the grant)."""
-    return update_if(
-        GrantItem(agent_id=agent_id, sk=grant_sk(grant_id)),
-        [GrantItem.access_hash.set(access_hash), GrantItem.access_expires_at.set(access_expires_at),
-         GrantItem.refresh_hash.set(refresh_hash), GrantItem.refresh_expires_at.set(refresh_expires_at),
-         GrantItem.previous_refresh_hash.set(presented_hash), GrantItem.refreshed_at.set(now)],
-        (GrantItem.refresh_hash == presented_hash) & GrantItem.revoked_at.does_not_exist())
+    grant is not revoked; the presented one becomes the previous, and is remembered as spent until
+    `spent_until` (its reuse revokes the grant). One transaction: False (nothing written) when the
+    token was rotated meanwhile, by another request presenting it too, or the grant was revoked."""
+    try:
+        with transaction() as write:
+            write.update(
+                GrantItem(agent_id=agent_id, sk=grant_sk(grant_id)),
+                actions=[GrantItem.access_hash.set(access_hash), GrantItem.access_expires_at.set(access_expires_at),
+                         GrantItem.refresh_hash.set(refresh_hash),
+                         GrantItem.refresh_expires_at.set(refresh_expires_at),
+                         GrantItem.previous_refresh_hash.set(presented_hash), GrantItem.refreshed_at.set(now)],
+                condition=(GrantItem.refresh_hash == presented_hash) & GrantItem.revoked_at.does_not_exist())
+            write.save(SpentRefreshItem(token_hash=f"{OAUTH_SPENT_PREFIX}{presented_hash}", agent_id=agent_id,
+                                        grant_id=grant_id, ttl=spent_until),
+                       condition=SpentRefreshItem.token_hash.does_not_exist())
+    except ConditionFailed:
+        return False
+    return True
+
+
+def spent_refresh(token_hash: str, now: datetime) -> tuple[str, str] | None:
+    """(agent id, grant id) of a refresh token that was rotated away; None for any other."""
+    try:
+        item = SpentRefreshItem.get(f"{OAUTH_SPENT_PREFIX}{token_hash}", consistent_read=True)
+    except DoesNotExist:
+        return None
+    return (item.agent_id, item.grant_id) if item.ttl > now else None
 
 
 def revoke_grant(agent_id: str, grant_id: str, now: datetime) -> bool:
