@@ -194,3 +194,12 @@ def test_a_made_up_refresh_token_revokes_nothing(flow: Flow) -> None:
     # THEN the real grant still works: only a token that was issued and spent counts as a replay
     assert mcp(flow.client, tokens["access_token"]).status_code == 200
     assert flow.refresh(tokens["refresh_token"]).status_code == 200
+
+
+def test_an_authorization_parameter_sent_twice_is_told_to_the_person(flow: Flow, admin: Admin) -> None:
+    # GIVEN a link whose redirect_uri appears twice (which copy counts would be a guess)
+    query = urlencode(authorize_query(flow.client_id, flow.pkce)) + "&" + urlencode({"redirect_uri": LOOPBACK})
+    page = flow.console.get("/console/oauth/authorize?" + query)
+    # THEN refused to the person: no redirect, no consent form
+    assert page.status_code == 400 and "Location" not in page.headers and "sent twice" in text(page)
+    assert 'name="decision"' not in text(page) and codes() == 0

@@ -86,6 +86,7 @@ def _route(path: str, method: str) -> Callable[[Callable[..., Response]], Any]:
             try:  # before the sign-in redirect, which quotes them
                 _check_text(params, escaped=True)
                 _check_text(query)
+                _check_single(request.query_params)
             except InvalidInput as error:
                 if session is None:
                     return render("error.html", 400, signed_in=False, csrf="", title=_TITLES[400],
@@ -183,6 +184,14 @@ def read_form(limit: int | None = None) -> dict[str, str]:
         return {}
     fields = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
     return {name: values[0] for name, values in fields.items()}
+
+
+def _check_single(query: Any) -> None:
+    """Refuse a query parameter sent twice: which copy counts would be the reader's guess (an
+    OAuth request's parameters must not repeat, RFC 6749 3.1)."""
+    for name in query or {}:
+        if len(query.getlist(name)) > 1:
+            raise InvalidInput(f"{name[:40]} is sent twice", field=name)
 
 
 def _size(limit: int) -> str:
