@@ -38,6 +38,7 @@ def main() -> None:
     data_dir = Path(sys.argv[1]).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # the local stack's mask is inherited across exec
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # while unblocked, SIGINT ends it as SIGTERM does (no traceback)
     _die_with_parent(int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid())
     with (data_dir / LOCK_FILE).open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # an emulator still compacting this folder finishes first
@@ -57,7 +58,7 @@ def serve(data_dir: Path) -> None:
     emulator.patch()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
+    server.start()  # its threads inherit the blocked signals
     host, port = server.get_host_and_port()
     os.environ["AWS_ENDPOINT_URL"] = f"http://{host}:{port}"
 
@@ -65,6 +66,10 @@ def serve(data_dir: Path) -> None:
     from local.journal import COMPACT_SECONDS, Journal
     from local.keys import KmsKeys
 
+    # Restoring (seconds with a team's data) may end at any point, as after kill -9: the snapshot
+    # and the key file are replaced whole, and the journals they fold in go only after. So a stop
+    # signal ends it at once (their default action) instead of waiting for the restore to finish.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     tables.create_all()
     vault.ensure_key()
     journal = Journal(data_dir, _dynamodb_backend())
@@ -72,6 +77,7 @@ def serve(data_dir: Path) -> None:
     keys = KmsKeys(data_dir / "kms-keys.json", os.environ["AWS_DEFAULT_REGION"])
     keys.restore()
     keys.save()
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # from here, the loop below takes them
 
     print(f"AWS {os.environ['AWS_ENDPOINT_URL']}", flush=True)
     while signal.sigtimedwait(STOP_SIGNALS, COMPACT_SECONDS) is None:

@@ -16,7 +16,9 @@ The emulator runs in a process group of its own, with its output read through th
 terminal's Ctrl-C or SIGHUP reaches the app alone, which stops the emulator in its turn (a
 group-wide Ctrl-C used to end only the emulator and leave the app retrying it), and the emulator
 never writes to a terminal it no longer belongs to. The emulator dies with the app (local/aws.py's
-parent-death signal); the app stops, with one message, when the emulator dies.
+parent-death signal); the app stops, with one message, when the emulator ends: cleanly (exit 0)
+when it was told to stop (a supervisor may signal every process of the stack at once), with a
+failure when it died.
 """
 
 from __future__ import annotations
@@ -84,8 +86,8 @@ class Lifecycle:
             if line.startswith("AWS "):
                 threading.Thread(target=self._watch, args=(child, data_dir), daemon=True, name="emulator").start()
                 return line.split()[1]
-            sys.stderr.write(line)  # its own complaints (a traceback) before the end
-        self.stop(1, f"workset: the AWS emulator did not start ({_how(child.wait())}); see its output above")
+            _say(line)  # its own complaints (a traceback) before the end
+        self._ended(child, data_dir, "did not start")
 
     def stop(self, code: int, message: str | None = None) -> NoReturn:
         """Stop the stack: say `message` on stderr, end the emulator (it closes its journal), exit
@@ -121,25 +123,46 @@ class Lifecycle:
         this stack is stopping it, the stack cannot go on (every request would fail)."""
         assert child.stdout is not None
         for line in child.stdout:
-            sys.stderr.write(line)
+            _say(line)
+        self._ended(child, data_dir, "ended unexpectedly")
+
+    def _ended(self, child: subprocess.Popen, data_dir: Path, what: str) -> NoReturn:
+        """The emulator ended while this stack was not stopping it: stop, saying why."""
         code = child.wait()
         with self._lock:
-            if self._stopping:
-                return
-        self.stop(1, f"workset: the AWS emulator (python -m local.aws, pid {child.pid}) ended unexpectedly "
-                     f"({_how(code)}), so the stack stops: nothing could be stored any more. Every write it "
-                     f"acknowledged is saved in {data_dir}; start the stack again with ./dev up.")
+            stopping = self._stopping
+        if stopping:
+            _sleep_forever()  # the stop under way ends this process
+        if code == 0 or -code in STOP_SIGNALS:
+            # told to stop, by a signal sent to it directly: a supervisor signalling every process
+            # of the stack at once (a container's stop, systemd's control group), or a person
+            self.stop(0, f"workset: the AWS emulator (pid {child.pid}) was stopped ({_how(code)}); "
+                         "the stack stops too")
+        self.stop(1, f"workset: the AWS emulator (python -m local.aws, pid {child.pid}) {what} ({_how(code)}), "
+                     "so the stack stops: nothing could be stored. Every write it acknowledged is saved in "
+                     f"{data_dir}; {'see its output above, then ' if code > 0 else ''}start the stack again "
+                     "with ./dev up.")
 
 
 def _how(code: int) -> str:
     """An exit code in words: `exit code 3`, or `killed by signal 9, SIGKILL`."""
-    if code >= 0:
+    if code == 0:
+        return "it closed its journal and exited"
+    if code > 0:
         return f"exit code {code}"
     try:
         name = signal.Signals(-code).name
     except ValueError:
         return f"killed by signal {-code}"
     return f"killed by signal {-code}, {name}"
+
+
+def _say(line: str) -> None:
+    """Pass on a line of the emulator's on stderr."""
+    try:
+        sys.stderr.write(line)
+    except (OSError, ValueError):
+        pass  # nobody reads our stderr any more: keep draining, or the emulator would block writing
 
 
 def _sleep_forever() -> NoReturn:

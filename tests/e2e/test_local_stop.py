@@ -70,13 +70,16 @@ def test_a_stop_signal_stops_the_whole_stack_with_every_acknowledged_write(
         stop_stack(second)
 
 
-def test_stop_signals_during_the_stop_change_nothing(tmp_path: Path) -> None:
+def test_stop_signals_to_every_process_during_the_stop_change_nothing(tmp_path: Path) -> None:
     # GIVEN a stack that acknowledged an agent
     stack = start_stack(tmp_path)
     with _killed_on_failure(stack):
         emulator = stack.running.emulator_pid()
         agent = stack.new_agent()
-    # WHEN SIGTERM, Ctrl-C and SIGHUP arrive over and over while it stops
+    # WHEN, as a supervisor signalling every process of the stack does (a container's stop,
+    # systemd's control group), its emulator is sent SIGTERM first, then the stack; and then
+    # SIGTERM, Ctrl-C and SIGHUP arrive over and over while it stops
+    os.kill(emulator, signal.SIGTERM)
     code = _stopped_by(stack.running.process, stack.running.process.send_signal,
                        *[signal.SIGTERM, signal.SIGINT, signal.SIGHUP] * 300)
     # THEN it still ended cleanly, with its emulator, and the agent is on disk
@@ -132,6 +135,21 @@ def test_a_dead_emulator_stops_the_stack_with_one_clear_message(tmp_path: Path) 
     assert f"pid {emulator}" in said[0] and "SIGKILL" in said[0] and "./dev up" in said[0]
     # AND it did not go on retrying an emulator that is gone
     assert not [line for line in stack.running.output if "Could not connect" in line]
+
+
+def test_an_emulator_that_cannot_start_stops_the_stack_with_one_clear_message(tmp_path: Path) -> None:
+    # GIVEN a data folder whose snapshot is not JSON (a hand edit gone wrong)
+    (tmp_path / "snapshot.json").write_text("{not json")
+    # WHEN a stack is started on it
+    failed = _run(tmp_path, "0")
+    # THEN it ends with a failure, passing on the emulator's own complaint, and saying once what to do
+    assert failed.returncode == 1
+    assert "JSONDecodeError" in failed.stderr
+    said = [line for line in failed.stderr.splitlines() if line.startswith("workset: ")]
+    assert len(said) == 1 and "did not start (exit code 1)" in said[0] and "./dev up" in said[0], failed.stderr
+    assert "READY" not in failed.stdout
+    # AND the broken snapshot is left as it was, for a person to mend
+    assert (tmp_path / "snapshot.json").read_text() == "{not json"
 
 
 def test_a_second_stack_on_the_same_folder_refuses_and_leaves_the_first_untouched(stack: Stack) -> None:
