@@ -16,7 +16,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,6 +88,43 @@ def test_stop_signals_to_every_process_during_the_stop_change_nothing(tmp_path: 
     assert code == 0
     assert process.ended(emulator)
     assert agent["id"] in _saved(tmp_path)
+
+
+def test_writes_in_flight_at_the_stop_are_kept_whenever_they_were_acknowledged(tmp_path: Path) -> None:
+    # GIVEN a stack taking writes from four clients at once, without pause
+    stack = start_stack(tmp_path)
+    acknowledged: list[str] = []
+    enough = threading.Event()
+
+    def write() -> None:
+        while True:
+            try:
+                status, agent = stack.admin("POST", "/v1/agents", {"name": f"flight-{uuid.uuid4().hex[:8]}"})
+            except OSError:
+                return  # the stack is gone
+            if status == 201:
+                acknowledged.append(agent["id"])
+                if len(acknowledged) >= 20:
+                    enough.set()
+
+    writers = [threading.Thread(target=write, daemon=True) for _ in range(4)]
+    for writer in writers:
+        writer.start()
+    with _killed_on_failure(stack):
+        assert enough.wait(GUARD_SECONDS), "the stack acknowledged too few writes"
+    # WHEN it is sent SIGTERM while they write
+    code = _stopped_by(stack.running.process, stack.running.process.send_signal, signal.SIGTERM)
+    for writer in writers:
+        writer.join(GUARD_SECONDS)
+    assert code == 0
+    # THEN after a restart, every write it acknowledged is there (the ones refused, or cut off
+    # unanswered, may or may not be)
+    second = start_stack(tmp_path)
+    try:
+        missing = [agent for agent in acknowledged if second.admin("GET", f"/v1/agents/{agent}")[0] != 200]
+        assert missing == [], f"{len(missing)} of {len(acknowledged)} acknowledged writes lost"
+    finally:
+        stop_stack(second)
 
 
 @pytest.mark.parametrize("moment", ["folder-held", "emulator-starting"])
