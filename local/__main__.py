@@ -5,48 +5,71 @@ SQS and KMS in a process of its own (local/aws.py), with the tables restored fro
 (a snapshot and a write-ahead journal: local/journal.py). Then it creates any missing table, makes
 sure an account and its admin token exist, seeds a demo toolbox on first start, and serves the
 Chalice app on 127.0.0.1 with a request handler that answers keep-alive clients without Nagle's
-delay. SIGTERM or SIGINT (Ctrl-C) stops it, with everything saved.
+delay. SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops it and its emulator, with every acknowledged write
+saved, however it was started; so does the emulator's end, with a message (local/lifecycle.py).
+A second stack on the same data folder, or a stack on a taken port, refuses before it starts an
+emulator.
 """
 
 from __future__ import annotations
 
-import _thread
 import argparse
+import errno
+import functools
 import os
 import secrets
-import signal
-import subprocess
 import sys
 import threading
+import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from local import environment
+from local.lifecycle import Lifecycle
+
+if TYPE_CHECKING:
+    from local.http import Server
 
 ROOT = Path(__file__).resolve().parent.parent
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
-def main() -> None:
+def main() -> NoReturn:
     args = _arguments()
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # before any thread: only `_interrupt_on_signal` takes them
-    threading.Thread(target=_interrupt_on_signal, daemon=True).start()
+    life = Lifecycle()
+    life.take_signals()  # before any other thread: see local/lifecycle.py
+    try:
+        _run(args, life)
+    except SystemExit as refused:  # a refusal with its message (the folder or the port is taken)
+        message = refused.code if isinstance(refused.code, str) else None
+        life.stop(1 if message else int(refused.code or 0), message)
+    except BaseException:  # noqa: BLE001 - whatever broke, the emulator must not outlive the stack
+        traceback.print_exc()
+        life.stop(1)
+    life.stop(0)
+
+
+def _run(args: argparse.Namespace, life: Lifecycle) -> None:
+    """Start everything, then serve until a stop signal (or the emulator's end) ends the process."""
     data_dir = Path(args.data).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    life.hold(data_dir)
     environment.prepare()
-    emulator = None
+    server = _listen(args.host, args.port)  # before the emulator: a taken port starts nothing
+    emulator = False
     if not os.environ.get("AWS_ENDPOINT_URL"):
-        emulator = _start_emulator(data_dir)
+        os.environ["AWS_ENDPOINT_URL"] = life.start_emulator(data_dir)
+        emulator = True
 
     # Only now may the app and the store be imported: they read the endpoint at import.
     from chalice.config import Config
-    from chalice.local import LocalChalice, LocalDevServer
+    from chalice.local import LocalChalice
 
     from app import app
     from chalicelib import accounts
     from chalicelib.clock import utcnow
     from chalicelib.store import tables, vault
     from local import demo, workers
-    from local.http import Handler, Server
+    from local.http import Handler
 
     tables.create_all()
     vault.ensure_key()
@@ -68,11 +91,13 @@ def main() -> None:
         pass
 
     app.__class__ = LocalApp
-    server = LocalDevServer(app, Config.create(chalice_stage="local", app_name="workset"), args.host,
-                            args.port, handler_cls=Handler, server_cls=Server)
-    port = server.server.server_address[1]
+    # Chalice's LocalDevServer, with the server bound already: the same handler on the same server
+    server.RequestHandlerClass = functools.partial(
+        Handler, app_object=app, config=Config.create(chalice_stage="local", app_name="workset"))
+    port = server.server_address[1]
 
     stop = threading.Event()
+    life.on_stop.append(stop.set)
     workers.start(stop, sweep_interval=args.sweep_interval)
 
     base = f"http://{args.host}:{port}"
@@ -91,20 +116,22 @@ def main() -> None:
     print(f"  Create an agent: curl -s -X POST {base}/v1/agents -H 'Authorization: Bearer {token}' "
           "-H 'Content-Type: application/json' -d '{\"name\": \"my-agent\"}'", flush=True)
     print(f"READY {base}", flush=True)
+    server.serve_forever(poll_interval=0.1)
+
+
+def _listen(host: str, port: int) -> Server:
+    """The app's HTTP server, bound to `host:port` (its handler is set once the app is loaded: no
+    request is accepted before it serves); a clear refusal when the port is taken or cannot be had."""
+    from local.http import Server
+
     try:
-        server.server.serve_forever(poll_interval=0.1)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stop.set()
-        vendor.shutdown()
-        if emulator:
-            _stop(emulator)
-    # Stopped cleanly and everything is saved: skip the interpreter's teardown of a large heap
-    # (seconds with a team's data, for nothing).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+        return Server((host, port), None)  # type: ignore[arg-type]
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise SystemExit(f"workset: {host}:{port} is taken by another process; stop it, or start on "
+                             "another port with --port N (or PORT=N)") from None
+        raise SystemExit(f"workset: cannot listen on {host}:{port} ({error.strerror}); "
+                         "choose another with --host or --port") from None
 
 
 def _arguments() -> argparse.Namespace:
@@ -125,15 +152,6 @@ def _arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _interrupt_on_signal() -> None:
-    """Wait for SIGTERM (a service manager) or SIGINT (Ctrl-C), blocked in every thread so that
-    only this one takes them, then interrupt the main thread once (KeyboardInterrupt), whether it
-    is starting up or serving: no handler runs inside the main thread's locks, and a second
-    signal changes nothing."""
-    signal.sigwait(STOP_SIGNALS)
-    _thread.interrupt_main()
-
-
 def _announce_listens() -> None:
     """Print `LISTENING <agent id>` as each listen starts to hold: the working set it compares
     against has been read, so a change made after the line is one the listen reports."""
@@ -149,29 +167,6 @@ def _announce_listens() -> None:
     workingset.wait_for_change = announced
 
 
-def _start_emulator(data_dir: Path) -> subprocess.Popen:
-    """The embedded AWS emulator in its own process (local/aws.py), once it has restored the
-    tables; its endpoint goes into AWS_ENDPOINT_URL for this process's clients."""
-    child = subprocess.Popen([sys.executable, "-m", "local.aws", str(data_dir)], cwd=ROOT,
-                             stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None
-    for line in child.stdout:
-        if line.startswith("AWS "):
-            os.environ["AWS_ENDPOINT_URL"] = line.split()[1]
-            threading.Thread(target=child.stdout.read, daemon=True).start()  # keep the pipe drained
-            return child
-    raise SystemExit(f"the AWS emulator did not start (exit code {child.wait()})")
-
-
-def _stop(child: subprocess.Popen) -> None:
-    """Stop the emulator: it compacts its journal first."""
-    child.terminate()
-    try:
-        child.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        child.kill()  # every acknowledged write is in the journal already
-
-
 def _admin_token(data_dir: Path) -> str:
     """WORKSET_ADMIN_TOKEN if set; else the token saved in the data folder; else a new one."""
     if os.environ.get("WORKSET_ADMIN_TOKEN"):
@@ -180,8 +175,10 @@ def _admin_token(data_dir: Path) -> str:
     if saved.exists():
         return saved.read_text().strip()
     token = f"wsa_{secrets.token_urlsafe(32)}"
-    saved.write_text(token)
-    saved.chmod(0o600)
+    written = saved.with_suffix(".tmp")  # whole or not at all: a stop may come at any moment
+    written.write_text(token)
+    written.chmod(0o600)
+    os.replace(written, saved)
     return token
 
 

@@ -1,5 +1,5 @@
-"""The embedded AWS emulator as a process of its own: `python -m local.aws DATA_DIR` (the local
-stack starts it; nobody needs to).
+"""The embedded AWS emulator as a process of its own: `python -m local.aws DATA_DIR [PARENT_PID]`
+(the local stack starts it; nobody needs to).
 
 moto serves DynamoDB, SQS and KMS here, patched to behave as DynamoDB does (local/emulator.py),
 with the tables kept durable in DATA_DIR (local/journal.py: a snapshot and a write-ahead journal)
@@ -7,13 +7,15 @@ and the KMS keys beside them (local/keys.py). Its own process is its own interpr
 many clients, moto's work (most of the stack's, by py-spy) runs on one core while the app runs
 on the other.
 
-It prints `AWS <endpoint>` once the tables are restored, then serves until SIGTERM or SIGINT,
-compacts the journal and exits. The stop signals are blocked in every thread and taken by the
-main loop (`sigtimedwait`), never by a handler: a handler interrupts whatever the main thread
-holds, and two signals together (Ctrl-C to the group, then SIGTERM as the parent dies) once
-deadlocked one inside `Event.set`. It dies with the process that started it (a `kill -9` of the
-stack must not leave it holding the data folder), and a second one on the same folder waits for
-the first to finish (a lock file).
+It prints `AWS <endpoint>` once the tables are restored, then serves until SIGTERM, SIGINT or
+SIGHUP, closes the journal and exits. The stop signals are blocked in every thread and taken by
+the main loop (`sigtimedwait`), never by a handler: a handler interrupts whatever the main thread
+holds, and two signals together once deadlocked one inside `Event.set`. It closes the journal
+inside the lock every write takes and exits still holding it: a write that came later would be
+answered without being journaled, and the app could acknowledge a write that a restart loses.
+It dies with the process that started it (PARENT_PID: a `kill -9` of the stack must not leave it
+holding the data folder), and a second one on the same folder waits for the first to finish (a
+lock file).
 """
 
 from __future__ import annotations
@@ -29,14 +31,15 @@ from typing import Any
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 LOCK_FILE = "emulator.lock"
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
 def main() -> None:
     data_dir = Path(sys.argv[1]).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # the local stack's mask is inherited across exec
-    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # while unblocked, SIGINT ends it as SIGTERM does (no traceback)
+    _die_with_parent(int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid())
     with (data_dir / LOCK_FILE).open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # an emulator still compacting this folder finishes first
         # blocked only now, so a signal still stops one waiting for the lock at once; and before
@@ -55,7 +58,7 @@ def serve(data_dir: Path) -> None:
     emulator.patch()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
+    server.start()  # its threads inherit the blocked signals
     host, port = server.get_host_and_port()
     os.environ["AWS_ENDPOINT_URL"] = f"http://{host}:{port}"
 
@@ -63,6 +66,10 @@ def serve(data_dir: Path) -> None:
     from local.journal import COMPACT_SECONDS, Journal
     from local.keys import KmsKeys
 
+    # Restoring (seconds with a team's data) may end at any point, as after kill -9: the snapshot
+    # and the key file are replaced whole, and the journals they fold in go only after. So a stop
+    # signal ends it at once (their default action) instead of waiting for the restore to finish.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     tables.create_all()
     vault.ensure_key()
     journal = Journal(data_dir, _dynamodb_backend())
@@ -70,6 +77,7 @@ def serve(data_dir: Path) -> None:
     keys = KmsKeys(data_dir / "kms-keys.json", os.environ["AWS_DEFAULT_REGION"])
     keys.restore()
     keys.save()
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # from here, the loop below takes them
 
     print(f"AWS {os.environ['AWS_ENDPOINT_URL']}", flush=True)
     while signal.sigtimedwait(STOP_SIGNALS, COMPACT_SECONDS) is None:
@@ -79,17 +87,16 @@ def serve(data_dir: Path) -> None:
             except Exception as error:  # noqa: BLE001 - keep serving: the journal still holds every write
                 print(f"compacting the journal failed: {error.__class__.__name__}: {error}", file=sys.stderr,
                       flush=True)
-    journal.close()
-    server.stop()
-    sys.stdout.flush()
-    os._exit(0)  # the journal is closed: the interpreter's teardown of the tables would take seconds
+    with emulator.locked():  # held until the exit: no write is answered after the journal closes
+        journal.close()
+        sys.stdout.flush()
+        os._exit(0)  # the interpreter's teardown of the tables would take seconds
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to send this process SIGTERM when the process that started it ends."""
-    parent = os.getppid()
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to send this process SIGTERM when `parent`, the process that started it, ends."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:  # the parent ended before the request was made
+    if os.getppid() != parent:  # it ended before the request was made (this one was adopted already)
         os.kill(os.getpid(), signal.SIGTERM)
 
 

@@ -22,8 +22,10 @@ class RunningStack:
     url: str
     token: str
     process: subprocess.Popen
+    data_dir: Path | None = None
     output: list[str] = field(default_factory=list)  # the plain lines printed since READY
     printed: threading.Condition = field(default_factory=threading.Condition)
+    closed: threading.Event = field(default_factory=threading.Event)  # its output ended (the process did)
 
     def wait_for(self, line: str, timeout: float = 30) -> None:
         """Wait until the stack has printed `line` (raises TimeoutError if it does not)."""
@@ -40,6 +42,13 @@ class RunningStack:
             with self.printed:
                 self.output.append(line.rstrip("\n"))
                 self.printed.notify_all()
+        self.closed.set()
+
+    def emulator_pid(self) -> int:
+        """The process id of its embedded AWS emulator (`python -m local.aws`)."""
+        found = [pid for pid in children(self.process.pid) if b"local.aws" in _command_line(pid)]
+        assert len(found) == 1, f"the stack runs {len(found)} emulators"
+        return found[0]
 
     def stop(self) -> None:
         """Stop it the way a person's Ctrl-C or a service manager would (it compacts its journal)."""
@@ -50,20 +59,57 @@ class RunningStack:
             self.process.kill()
 
 
+def children(pid: int) -> list[int]:
+    """The process ids `pid` started that are still its children (Linux's /proc)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue  # the thread ended meanwhile
+    return found
+
+
+def ended(pid: int) -> bool:
+    """Whether process `pid` has ended (gone, or a zombie nobody has reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def clean_environment() -> dict[str, str]:
     """This process's environment without its AWS and Workset settings: a child stack starts from
     its own."""
     return {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "WORKSET_"))}
 
 
-def start(data_dir: Path, token: str, env: dict[str, str] | None = None, *args: str) -> RunningStack:
-    """Start the stack on a free port with `token` as its admin token; wait until it is READY."""
-    environment = clean_environment()
-    environment.update(WORKSET_ADMIN_TOKEN=token, PYTHONUNBUFFERED="1", **(env or {}))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "local", "--port", "0", "--no-demo", "--data", str(data_dir), *args],
-        cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+def command(data_dir: Path, *args: str) -> list[str]:
+    """The command line of a local stack on `data_dir`."""
+    return [sys.executable, "-m", "local", "--data", str(data_dir), *args]
+
+
+def environment(token: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """A child stack's environment: its own settings, `token` as its admin token, and `env`."""
+    return {**clean_environment(), "WORKSET_ADMIN_TOKEN": token, "PYTHONUNBUFFERED": "1", **(env or {})}
+
+
+def start(data_dir: Path, token: str, env: dict[str, str] | None = None, *args: str,
+          new_session: bool = False) -> RunningStack:
+    """Start the stack on a free port with `token` as its admin token; wait until it is READY.
+    `new_session`: it leads a process group of its own, as a shell's job does (a signal to the
+    group reaches the stack and not its starter)."""
+    process = subprocess.Popen(command(data_dir, "--port", "0", "--no-demo", *args), cwd=ROOT,
+                               env=environment(token, env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=new_session)
     assert process.stdout is not None
     deadline = time.monotonic() + START_SECONDS
     seen = []
@@ -73,7 +119,7 @@ def start(data_dir: Path, token: str, env: dict[str, str] | None = None, *args: 
             break
         seen.append(line)
         if line.startswith("READY "):
-            running = RunningStack(url=line.split()[1], token=token, process=process)
+            running = RunningStack(url=line.split()[1], token=token, process=process, data_dir=data_dir)
             threading.Thread(target=running._read, args=(process.stdout,), daemon=True).start()
             return running
     process.kill()

@@ -72,9 +72,19 @@ def _every(stop: threading.Event, seconds: float, job: Callable[[], None]) -> No
 
 
 def _consume(stop: threading.Event, queue: str, handler: Batch) -> None:
+    failing = False
     while not stop.is_set():
         try:
             consume_once(queue, handler)
         except Exception as error:  # noqa: BLE001 - the queue itself failed: wait and poll again
-            print(f"consuming {queue} failed: {error}", file=sys.stderr, flush=True)
+            # said once, not every second: an endpoint that is down (AWS_ENDPOINT_URL's own
+            # emulator) once filled a log with a thousand lines in ten minutes
+            if not failing and not stop.is_set():
+                print(f"consuming {queue} failed: {error}; trying again every second, and saying so once it works",
+                      file=sys.stderr, flush=True)
+            failing = True
             stop.wait(1)
+        else:
+            if failing:
+                print(f"consuming {queue} works again", file=sys.stderr, flush=True)
+            failing = False

@@ -62,9 +62,17 @@ class Stack:
         status, body = self.admin("POST", "/v1/tools", spec)
         assert status == 201, body
 
+    def books(self, agent_id: str) -> tuple[int, list[str], int]:
+        """The agent's counted size, its working set's names, and its History's promotions minus demotions."""
+        size = self.admin("GET", f"/v1/agents/{agent_id}")[1]["size"]
+        names = [item["name"] for item in self.admin("GET", f"/v1/agents/{agent_id}/working-set")[1]["items"]]
+        events = self.admin("GET", f"/v1/agents/{agent_id}/history?limit=100")[1]["items"]
+        actions = [event["action"] for event in events]
+        return size, names, actions.count("promoted") - actions.count("demoted")
 
-def start_stack(data_dir: Path, env: dict[str, str] | None = None, *args: str) -> Stack:
-    return Stack(process.start(data_dir, ADMIN_TOKEN, env, *args))
+
+def start_stack(data_dir: Path, env: dict[str, str] | None = None, *args: str, new_session: bool = False) -> Stack:
+    return Stack(process.start(data_dir, ADMIN_TOKEN, env, *args, new_session=new_session))
 
 
 def stop_stack(stack: Stack) -> None:

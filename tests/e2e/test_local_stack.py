@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -15,8 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import boto3
-import pytest
 
+from local import process
 from local.process import RunningStack, clean_environment
 from tests.conftest import Vendor
 from tests.e2e.conftest import ADMIN_TOKEN, ROOT, Stack, start_stack, stop_stack
@@ -168,15 +166,6 @@ def _call(url: str, key: str, tool: str, arguments: dict) -> dict:
     return json.loads(text)
 
 
-def _promotion_books(stack: Stack, agent_id: str) -> tuple[int, list[str], int]:
-    """The agent's counted size, its working set's names, and its History's promotions minus demotions."""
-    size = stack.admin("GET", f"/v1/agents/{agent_id}")[1]["size"]
-    names = [item["name"] for item in stack.admin("GET", f"/v1/agents/{agent_id}/working-set")[1]["items"]]
-    events = stack.admin("GET", f"/v1/agents/{agent_id}/history?limit=100")[1]["items"]
-    actions = [event["action"] for event in events]
-    return size, names, actions.count("promoted") - actions.count("demoted")
-
-
 def test_acknowledged_writes_survive_kill_9(tmp_path: Path, vendor: Vendor) -> None:
     # GIVEN a stack that acknowledged an agent, a connection (its secret is binary ciphertext), two
     # tools using it, and over MCP with the agent's key two promotions and a demotion
@@ -193,10 +182,16 @@ def test_acknowledged_writes_survive_kill_9(tmp_path: Path, vendor: Vendor) -> N
         for tool, name in (("promote", "me"), ("promote", "other"), ("demote", "other")):
             answer = _call(first.url, agent["api_key"], tool, {"vendor": "keep", "name": name})
             assert answer["result"]["isError"] is False, answer
+        emulator = first.running.emulator_pid()
     finally:
         # WHEN the process is killed at once (SIGKILL: no handler runs, nothing is compacted)
         first.running.process.kill()
         first.running.process.wait(timeout=30)  # reaped; a hang guard only
+    # THEN its emulator does not stay behind, orphaned (polled; the deadline is a hang guard only)
+    deadline = time.monotonic() + 30
+    while not process.ended(emulator) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.ended(emulator)
     second = start_stack(tmp_path)
     try:
         # THEN the agent, the tool's version and the promotion are there after a restart
@@ -205,7 +200,7 @@ def test_acknowledged_writes_survive_kill_9(tmp_path: Path, vendor: Vendor) -> N
         status, tool = second.admin("GET", "/v1/tools/keep/me")
         assert (status, [v["version"] for v in tool["versions"]]) == (200, [1])
         # AND the books agree: the size, the working set and History's promotions less demotions
-        size, names, net = _promotion_books(second, agent["id"])
+        size, names, net = second.books(agent["id"])
         assert names == ["me"]
         assert size == len(names) == net
         # AND the connection's secret still reaches the vendor
@@ -214,82 +209,6 @@ def test_acknowledged_writes_survive_kill_9(tmp_path: Path, vendor: Vendor) -> N
         assert vendor.received[-1]["headers"]["Authorization"] == "Bearer kill-9-survivor"
     finally:
         stop_stack(second)
-
-
-@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
-def test_a_stop_signal_ends_the_stack_with_everything_saved(tmp_path: Path, stop_signal: int) -> None:
-    # GIVEN a stack with an agent, a tool and a promotion
-    first = start_stack(tmp_path)
-    process = first.running.process
-    try:
-        agent = first.new_agent()
-        first.publish({"vendor": "keep", "name": "me", "description": "A tool.", "input_schema": {"type": "object"},
-                       "annotations": {"readOnlyHint": True},
-                       "request": {"method": "GET", "url": "http://127.0.0.1:9/x"}})
-        status, _ = first.admin("POST", f"/v1/agents/{agent['id']}/working-set", {"vendor": "keep", "name": "me"})
-        assert status == 201
-    except BaseException:
-        _stopped_by(process, signal.SIGKILL)
-        raise
-    # WHEN it is sent the signal a service manager (SIGTERM) or a person (Ctrl-C) sends
-    code = _stopped_by(process, stop_signal)
-    # THEN it ended by itself, cleanly, every write on disk (in the journal, or the snapshot)
-    assert code == 0
-    saved = [(tmp_path / "snapshot.json").read_text(), *(path.read_text() for path in tmp_path.glob("journal-*.jsonl"))]
-    assert any(agent["id"] in text for text in saved)
-    # AND a restart has the writes
-    second = start_stack(tmp_path)
-    try:
-        size, names, net = _promotion_books(second, agent["id"])
-        assert names == ["me"]
-        assert size == net == 1
-    finally:
-        stop_stack(second)
-
-
-def test_the_emulator_ends_cleanly_under_a_burst_of_stop_signals(tmp_path: Path) -> None:
-    # GIVEN the emulator alone, serving
-    emulator = subprocess.Popen([sys.executable, "-m", "local.aws", str(tmp_path)], cwd=ROOT, text=True,
-                                stdout=subprocess.PIPE, env={**clean_environment(), "PYTHONUNBUFFERED": "1"})
-    try:
-        assert emulator.stdout is not None and emulator.stdout.readline().startswith("AWS ")
-    except BaseException:
-        _stopped_by(emulator, signal.SIGKILL)
-        raise
-    # WHEN Ctrl-C and SIGTERM arrive together, over and over (a person's Ctrl-C reaches the whole
-    # group as the dying parent's SIGTERM does)
-    code = _stopped_by(emulator, *[signal.SIGINT, signal.SIGTERM] * 2_000)
-    # THEN it ended by itself, cleanly
-    assert code == 0
-
-
-def test_an_emulator_waiting_for_the_folder_lock_still_stops_at_sigterm(tmp_path: Path) -> None:
-    # GIVEN the data folder's lock held (an older emulator still compacting), and an emulator
-    # started the way the local stack starts it, with the stop signals blocked
-    with (tmp_path / "emulator.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-        try:
-            emulator = subprocess.Popen([sys.executable, "-m", "local.aws", str(tmp_path)], cwd=ROOT,
-                                        stdout=subprocess.DEVNULL, env=clean_environment())
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
-        # WHEN it is sent SIGTERM (before or while it waits: blocked, the signal stays pending)
-        code = _stopped_by(emulator, signal.SIGTERM)
-    # THEN it ended at the signal, not by the hang guard's kill
-    assert code == -signal.SIGTERM
-
-
-def _stopped_by(process: subprocess.Popen, *signals: int) -> int:
-    """Send `signals` in turn and answer the exit code; a process still running 30 s later (a hang
-    guard only: no claim about how long stopping takes) is killed, and answers that."""
-    for number in signals:
-        process.send_signal(number)
-    try:
-        return process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.wait(timeout=30)
 
 
 def test_a_taken_demo_port_is_replaced_by_a_free_one(tmp_path: Path) -> None:
