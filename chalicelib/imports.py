@@ -310,14 +310,19 @@ def import_openapi(account_id: str, payload: Any, published_by: str, now: dateti
     """One tool per operation of an OpenAPI 3 document (see the module's docstring); bad input
     or a bad document is InvalidInput saying what and where, and writes nothing."""
     from chalicelib import openapi
+    from chalicelib.openapi.schemas import json_size
 
     request = parse(OpenApiImport, payload)
-    document = request.document if isinstance(request.document, dict) else openapi.read_document(
-        request.document if request.document is not None else _fetch(request.url or ""))
+    if isinstance(request.document, dict):  # JSON in the request's body: no aliases, and at most its size
+        document, size = request.document, json_size(request.document)
+    else:
+        raw = request.document if request.document is not None else _fetch(request.url or "")
+        size = len(raw.encode("utf-8", "surrogatepass")) if isinstance(raw, str) else len(raw)
+        document = openapi.read_document(raw)
     heads = existing(account_id, request.vendor)
     found = openapi.candidates(document, vendor=request.vendor, base_url=request.url, server=request.server,
                                include=request.include, exclude=request.exclude,
-                               keep_names=known_names(heads, OPENAPI))
+                               keep_names=known_names(heads, OPENAPI), budget=openapi.expansion_limit(size))
     offered = [Candidate(item.key, item.name, item.definition, item.reason, item.operation_id) for item in found]
     return apply(account_id, request.vendor, OPENAPI, offered, heads, connection=request.connection,
                  published_by=published_by, now=now, dry_run=request.dry_run)
