@@ -208,3 +208,15 @@ def test_messages_name_a_large_value_without_writing_it_out() -> None:
     with pytest.raises(InvalidInput) as refused:
         openapi.read_document(text)
     assert "a list of 3" in refused.value.message and len(refused.value.message) < 400
+
+
+@pytest.mark.parametrize("document", [
+    '{"openapi": "3.0.3", "paths": {}, "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    "openapi: 3.0.3\npaths: {}\nx: " + "[" * 100_000 + "]" * 100_000,
+    "openapi: 3.0.3\npaths: {}\nx:\n" + "".join(" " * depth + "- \n" for depth in range(1, 2_000)),
+])
+def test_deeply_nested_json_and_yaml_are_refused_and_store_nothing(admin: Admin, document: str) -> None:
+    answer = _import(admin, document, dry_run=False)
+    assert answer.status_code == 400, answer.body
+    assert "nest" in answer.json_body["error"]["message"]
+    _nothing_stored(admin)
