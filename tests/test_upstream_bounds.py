@@ -235,16 +235,19 @@ def test_wrong_types_and_a_megabyte_description_are_published_cut_or_skipped(adm
     assert _tool_names(admin) == {"hinted", "wordy"}
 
 
-@pytest.mark.parametrize("shape", ["forever", "thousands"])
+@pytest.mark.parametrize("shape", ["forever", "thousands", "heavy"])
 def test_a_list_that_never_ends_or_holds_thousands_registers_nothing(admin: Admin, server: Any, shape: str) -> None:
     url, state = server
     if shape == "forever":  # a nextCursor on every page, each new
         state["pages"], state["forever"] = [[_tool("loop")]], True
-    else:
+    elif shape == "thousands":
         state["pages"] = [[_tool(f"t{page}-{index}") for index in range(500)] for page in range(5)]
+    else:  # twenty full pages: 18 MB of tools, each page under the 1 MB an answer may be
+        state["pages"] = [[_tool(f"h{page}", description="h" * 900_000)] for page in range(20)]
     answer = _register(admin, url)
     assert answer.status_code == 502, answer.body
-    assert "pages" in answer.json_body["error"]["message"] or "2000 tools" in answer.json_body["error"]["message"]
+    assert {"forever": "50 pages", "thousands": "2000 tools", "heavy": "larger than 16 MB"}[shape] in \
+        answer.json_body["error"]["message"]
     assert state["lists"] <= 50
     assert admin.call("GET", "/v1/upstreams").json_body["items"] == []
     assert _tool_names(admin) == set()
