@@ -6,6 +6,7 @@ is `toolbox`.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -20,6 +21,18 @@ from chalicelib.store.records import ToolVersion
 from chalicelib.validation import NAME_PATTERN, parse
 
 SAFE_METHODS = frozenset({"GET", "HEAD"})
+# Sizes as the store writes a definition (JSON with its default spacing, non-ASCII escaped): a
+# tool's version and its head each carry the whole definition, in a DynamoDB item of at most
+# 400 KB. One schema of a tool (input or output) is at most MAX_SCHEMA_BYTES, as OpenAPI imports
+# build them; the whole definition at most MAX_DEFINITION_BYTES.
+MAX_SCHEMA_BYTES = 256 * 1024
+MAX_DEFINITION_BYTES = 320 * 1024
+
+
+def stored_size(value: Any) -> int:
+    """Bytes of `value` as the store writes it (pynamodb's JSONAttribute: `json.dumps`)."""
+    return len(json.dumps(value))
+
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]{0,63})\}")
 STRAY_BRACE = re.compile(r"[{}]")
 URL_SAFE = "/:@!$&'()*+,;=-._~%{}?"  # characters a URL's path and query keep as they are
@@ -235,10 +248,23 @@ class ToolSpec(BaseModel):
     def _object_schema(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
         if value is None or (info.context or {}).get("stored"):
             return value  # a stored definition was checked when it was published
+        if (size := stored_size(value)) > MAX_SCHEMA_BYTES:  # before the checks, whose work grows with it
+            raise ValueError(f"is {size / 1024:,.0f} KB as JSON; a tool's schema is at most "
+                             f"{MAX_SCHEMA_BYTES // 1024} KB")
         from chalicelib import schemas  # jsonschema and RE2: loaded by the first publish or call, not at import
 
         schemas.check_publishable(value)
         return value
+
+    @model_validator(mode="after")
+    def _fits(self, info: ValidationInfo) -> ToolSpec:
+        if (info.context or {}).get("stored"):
+            return self
+        size = stored_size(self.model_dump(mode="json", exclude_none=True))
+        if size > MAX_DEFINITION_BYTES:
+            raise ValueError(f"the definition is {size / 1024:,.0f} KB as JSON; a tool's definition is at most "
+                             f"{MAX_DEFINITION_BYTES // 1024} KB")
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> ToolSpec:

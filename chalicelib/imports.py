@@ -12,6 +12,7 @@ came from the same source before:
                                               and a call is a clear error, until it comes back
     what the source cannot express as a    -> skipped, with the reason
     tool (or Workset refuses to publish)
+    a version the store refused to write   -> failed, with the reason (the others are written)
 
 The writes are batched (`tool_store.put_versions`). Search vectors cost about 15 ms a tool: a
 small import computes them at once, a large one hands them to the work queue in batches, and
@@ -31,12 +32,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from chalicelib import connections, outbound
 from chalicelib.config import settings
 from chalicelib.definitions import ToolSpec
-from chalicelib.errors import InvalidInput, WorksetError
+from chalicelib.errors import Busy, InvalidInput, WorksetError
 from chalicelib.indexes import INLINE_VECTORS
 from chalicelib.outbound import HttpRequest
 from chalicelib.store import queues
 from chalicelib.store import tools as tool_store
-from chalicelib.store.base import ConditionFailed
+from chalicelib.store.base import ConditionFailed, WriteRefused
 from chalicelib.store.records import ToolVersion
 from chalicelib.store.tools import NewVersion
 from chalicelib.validation import NAME_PATTERN, parse
@@ -45,8 +46,8 @@ OPENAPI, MCP = "openapi", "mcp"  # the kinds of source
 VECTORS = "vectors"  # the work queue message that computes a batch of imported tools' vectors
 VECTOR_BATCH = 16  # tools per message: at most ~3 s of embedding on a full core (long descriptions cost ~0.2 s each)
 VECTORS_OVERDUE = timedelta(minutes=15)  # a queued vector not there by then was lost: a re-import queues it again
-PUBLISHED, NEW_VERSION, UNCHANGED, RESTORED, SKIPPED, UNAVAILABLE = (
-    "published", "new_version", "unchanged", "restored", "skipped", "unavailable")
+PUBLISHED, NEW_VERSION, UNCHANGED, RESTORED, SKIPPED, UNAVAILABLE, FAILED = (
+    "published", "new_version", "unchanged", "restored", "skipped", "unavailable", "failed")
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,14 @@ class Report:
 
     def counts(self) -> dict[str, int]:
         """How many lines of each outcome."""
-        counts = dict.fromkeys((PUBLISHED, NEW_VERSION, UNCHANGED, RESTORED, SKIPPED, UNAVAILABLE), 0)
+        counts = dict.fromkeys((PUBLISHED, NEW_VERSION, UNCHANGED, RESTORED, SKIPPED, UNAVAILABLE, FAILED), 0)
         for line in self.lines:
             counts[line.outcome] += 1
         return counts
+
+    def failures(self) -> list[Line]:
+        """The lines the store refused to write: an import that has any did not do all it said."""
+        return [line for line in self.lines if line.outcome == FAILED]
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON answer."""
@@ -217,33 +222,45 @@ def _write(account_id: str, planned: list[_Planned], stale: list[ToolVersion], p
     if inline and news:
         vectors = document_vectors([(new.vendor, new.name, new.definition["description"]) for new in news])
         news = [replace(new, vector=vector, vector_version=VECTOR_VERSION) for new, vector in zip(news, vectors)]
-    lost = _put(account_id, news, published_by, now)
+    lost, failed = _put(account_id, news, published_by, now)
     restore = [plan.head for plan in planned if plan.head is not None]
     if restore:
         _mark(account_id, restore, None)
-    queued = [] if inline else [(new.vendor, new.name, new.previous + 1) for new in news if new.name not in lost]
+    queued = [] if inline else [(new.vendor, new.name, new.previous + 1) for new in news
+                                if new.name not in lost and new.name not in failed]
     queued += [(head.vendor, head.name, head.version) for head in stale]
     _queue_vectors(account_id, queued)
     lines = [replace(plan.line, outcome=SKIPPED, version=None,
                      reason="another publish of this tool happened during the import; import again")
-             if plan.line.name in lost else plan.line for plan in planned]
+             if plan.line.name in lost else
+             replace(plan.line, outcome=FAILED, version=None, reason=failed[plan.line.name])
+             if plan.line.name in failed else plan.line for plan in planned]
     return lines, len(queued)
 
 
-def _put(account_id: str, news: list[NewVersion], published_by: str, now: datetime) -> set[str]:
-    """Publish in batches; answers the names that lost a race to a concurrent publish."""
+def _put(account_id: str, news: list[NewVersion], published_by: str,
+         now: datetime) -> tuple[set[str], dict[str, str]]:
+    """Publish in batches; answers the names that lost a race to a concurrent publish, and those
+    the store would not write, with why. A batch the store refuses is written again one tool at
+    a time, so one tool it refuses never costs the others; a batch the store is too busy for
+    fails whole (trying each of its tools would only wait longer)."""
     lost: set[str] = set()
+    failed: dict[str, str] = {}
     for start in range(0, len(news), tool_store.BATCH_TOOLS):
         batch = news[start:start + tool_store.BATCH_TOOLS]
         try:
             tool_store.put_versions(account_id, batch, published_by, now)
-        except ConditionFailed:
+        except Busy as busy:
+            failed.update((new.name, f"not written: {busy.message}") for new in batch)
+        except (ConditionFailed, WriteRefused):
             for new in batch:
                 try:
                     tool_store.put_version(account_id, new, published_by, now)
                 except ConditionFailed:
                     lost.add(new.name)
-    return lost
+                except (WriteRefused, Busy) as refused:
+                    failed[new.name] = f"not written: {refused.message}"
+    return lost, failed
 
 
 def _mark(account_id: str, heads: list[ToolVersion], reason: str | None) -> None:
@@ -310,14 +327,19 @@ def import_openapi(account_id: str, payload: Any, published_by: str, now: dateti
     """One tool per operation of an OpenAPI 3 document (see the module's docstring); bad input
     or a bad document is InvalidInput saying what and where, and writes nothing."""
     from chalicelib import openapi
+    from chalicelib.openapi.schemas import json_size
 
     request = parse(OpenApiImport, payload)
-    document = request.document if isinstance(request.document, dict) else openapi.read_document(
-        request.document if request.document is not None else _fetch(request.url or ""))
+    if isinstance(request.document, dict):  # JSON in the request's body: no aliases, and at most its size
+        document, size = request.document, json_size(request.document)
+    else:
+        raw = request.document if request.document is not None else _fetch(request.url or "")
+        size = len(raw.encode("utf-8", "surrogatepass")) if isinstance(raw, str) else len(raw)
+        document = openapi.read_document(raw)
     heads = existing(account_id, request.vendor)
     found = openapi.candidates(document, vendor=request.vendor, base_url=request.url, server=request.server,
                                include=request.include, exclude=request.exclude,
-                               keep_names=known_names(heads, OPENAPI))
+                               keep_names=known_names(heads, OPENAPI), budget=openapi.expansion_limit(size))
     offered = [Candidate(item.key, item.name, item.definition, item.reason, item.operation_id) for item in found]
     return apply(account_id, request.vendor, OPENAPI, offered, heads, connection=request.connection,
                  published_by=published_by, now=now, dry_run=request.dry_run)

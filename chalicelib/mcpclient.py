@@ -82,12 +82,16 @@ class _SessionExpired(VendorError):
     """HTTP 404 to a request that carried a session id: the server has forgotten the session."""
 
 
-def list_tools(upstream: Upstream, *, max_pages: int = 50, max_tools: int = 2000) -> tuple[str, list[Any]]:
+def list_tools(upstream: Upstream, *, max_pages: int = 50, max_tools: int = 2000,
+               max_total_bytes: int = 16 * 2**20) -> tuple[str, list[Any]]:
     """(the revision spoken, every tool definition over all pages via nextCursor). Each tool is
-    as the server sent it: the caller judges them."""
+    as the server sent it: the caller judges them. Each page is at most `upstream.max_bytes`, and
+    all of them together at most `max_total_bytes` (as JSON), so a server cannot fill memory with
+    many full pages."""
     tools: list[Any] = []
     cursors: set[str] = set()
     params: dict[str, Any] = {}
+    total = 0
     upstream = upstream.started()
     with _secrets_kept(upstream):
         for _ in range(max_pages):
@@ -98,6 +102,9 @@ def list_tools(upstream: Upstream, *, max_pages: int = 50, max_tools: int = 2000
             tools.extend(page)
             if len(tools) > max_tools:
                 raise VendorError(f"the MCP server lists more than {max_tools} tools")
+            total += len(jsontext.dumps(page))
+            if total > max_total_bytes:
+                raise VendorError(f"the MCP server's tool list is larger than {max_total_bytes >> 20} MB")
             cursor = result.get("nextCursor")
             if cursor is None:
                 return revision, tools

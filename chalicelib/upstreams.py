@@ -5,6 +5,13 @@ A sync reads the server's whole `tools/list` through the outbound guard, with th
 credential: at registration, when an admin or a person asks, and once an hour from the sweep
 (through the work queue, one message per server). A call of such a tool sends `tools/call` to
 the server (`vendor.build`, `mcpclient.call_tool`).
+
+A server is hostile, and a sync says what it did: a tool Workset cannot publish as listed (over
+the size a definition may be, a bad schema, a name given twice) is skipped with why, and the
+others are published; a tool the store refused to write is `failed`, and the sync is remembered
+`ok: false` with what failed, until a sync writes everything. Registering is not undone when the
+publishing after it fails: the server stays registered with its failed sync remembered, and a
+sync (`POST /v1/upstreams/{vendor}/sync`, or the hourly one) finishes the work.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ NAME_CHARS = 31
 _NOT_SLUG = re.compile(r"[^a-z0-9]+")
 _MCP_NAME = re.compile(r"[\x21-\x7e]{1,128}")  # what Workset passes back as the server's own tool name
 _HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+FAILURES_KEPT = 20  # failed tools named in a remembered sync
 
 
 class NewUpstream(BaseModel):
@@ -66,13 +74,15 @@ def register(account_id: str, payload: Any, published_by: str, now: datetime) ->
     upstream = Upstream(account_id, request.vendor, request.url, now, connection_id=request.connection)
     revision, tools = _list_tools(upstream)
     if not upstream_store.put(upstream):
-        raise Conflict(f"vendor {request.vendor} has an MCP server already", field="vendor")
+        raise Conflict(f"vendor {request.vendor} has an MCP server already; sync it, or choose another vendor",
+                       field="vendor")
     return upstream, _publish(upstream, revision, tools, published_by, now)
 
 
 def sync(account_id: str, vendor: str, published_by: str, now: datetime) -> Report:
     """Read the server again: new versions for changed tools, unavailable for tools it dropped.
-    A failure is remembered on the server (`GET /v1/upstreams` shows it) and raised."""
+    A failure is remembered on the server (`GET /v1/upstreams` shows it) and raised; tools the
+    store refused are remembered too, and answered as `failed` lines."""
     upstream = get(account_id, vendor)
     try:
         revision, tools = _list_tools(upstream)
@@ -121,12 +131,17 @@ def candidates(upstream: Upstream, tools: list[Any], keep_names: dict[str, str])
     """A candidate per tool the server lists: its own name kept for `tools/call`, a Workset name
     slugged from it, its schemas and hints; a tool Workset cannot pass on is skipped, with why."""
     taken = set(keep_names.values())
-    found = []
+    found, listed = [], set()
     for index, tool in enumerate(tools):
         own = tool.get("name") if isinstance(tool, dict) else None
         if not isinstance(own, str) or not _MCP_NAME.fullmatch(own):
             found.append(Candidate(f"#{index}", f"tool-{index}", None, "the server listed a tool without a valid name"))
             continue
+        if own in listed:  # which of the two a call would reach is the server's guess: neither is published twice
+            found.append(Candidate(f"#{index}", f"tool-{index}", None, f"the server listed a second tool named {own}",
+                                   label=own))
+            continue
+        listed.add(own)
         name = keep_names.get(own) or _unique(_slug(own), own, taken)
         taken.add(name)
         found.append(Candidate(own, name, _definition(upstream, own, name, tool), label=own))
@@ -136,11 +151,26 @@ def candidates(upstream: Upstream, tools: list[Any], keep_names: dict[str, str])
 def _publish(upstream: Upstream, revision: str, tools: list[Any], published_by: str, now: datetime) -> Report:
     heads = imports.existing(upstream.account_id, upstream.vendor)
     offered = candidates(upstream, tools, imports.known_names(heads, MCP))
-    report = imports.apply(upstream.account_id, upstream.vendor, MCP, offered, heads,
-                           connection=upstream.connection_id, published_by=published_by, now=now, dry_run=False)
-    upstream_store.record_sync(upstream.account_id, upstream.vendor, now, {"ok": True, "counts": report.counts()},
-                               revision)
+    try:
+        report = imports.apply(upstream.account_id, upstream.vendor, MCP, offered, heads,
+                               connection=upstream.connection_id, published_by=published_by, now=now, dry_run=False)
+    except WorksetError as error:  # nothing more is known than that it failed: remembered so, and raised
+        upstream_store.record_sync(upstream.account_id, upstream.vendor, now, {"ok": False, "message": error.message},
+                                   revision)
+        raise
+    upstream_store.record_sync(upstream.account_id, upstream.vendor, now, _outcome(report), revision)
     return report
+
+
+def _outcome(report: Report) -> dict[str, Any]:
+    """How a sync went, as remembered: ok only when every tool offered was written or skipped with
+    a reason; else what failed (at most FAILURES_KEPT of them, each with why)."""
+    failures = report.failures()
+    if not failures:
+        return {"ok": True, "counts": report.counts()}
+    return {"ok": False, "counts": report.counts(),
+            "message": f"{len(failures)} of the server's tools could not be written; sync again",
+            "failed": [{"name": line.name, "reason": line.reason} for line in failures[:FAILURES_KEPT]]}
 
 
 def _list_tools(upstream: Upstream) -> tuple[str, list[Any]]:
@@ -186,8 +216,13 @@ def _slug(own: str) -> str:
 
 
 def _unique(slug: str, own: str, taken: set[str]) -> str:
-    """The slug when it fits and is free; else cut, with a short hash of the server's own name."""
+    """The slug when it fits and is free; else cut, with a short hash of the server's own name
+    (salted again while taken: a server can choose names whose hashes begin alike)."""
     if len(slug) <= NAME_CHARS and slug not in taken:
         return slug
-    digest = hashlib.sha256(own.encode()).hexdigest()[:6]
-    return f"{slug[:NAME_CHARS - 7].rstrip('-')}-{digest}"
+    for attempt in range(len(taken) + 1):
+        salted = own if attempt == 0 else f"{own}#{attempt}"
+        name = f"{slug[:NAME_CHARS - 7].rstrip('-')}-{hashlib.sha256(salted.encode()).hexdigest()[:6]}"
+        if name not in taken:
+            return name
+    raise AssertionError("unreachable: more attempts than names taken")

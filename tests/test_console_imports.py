@@ -150,6 +150,8 @@ def test_publishing_what_changed_after_the_check_checks_it_again(console: Consol
     ({"document": ""}, "document: give the document or its url, one of the two"),
     ({"url": "http://127.0.0.1:9/openapi.yaml"}, "document: give the document or its url, one of the two"),
     ({"vendor": "Not A Vendor"}, "vendor"),
+    ({"document": "openapi: 3.0.3\npaths: {}\nx-a: &a " + "x" * 20_000 + "\nx-b: [" + ",".join(["*a"] * 4_000) + "]\n"},
+     "once its YAML aliases and merge keys are repeated"),  # issue 24: 36 KB that aliases make 80 MB
 ])
 def test_a_bad_import_shows_the_reason_keeps_the_form_and_stores_nothing(console: Console, admin: Admin,
                                                                          fields: dict[str, str], reason: str) -> None:

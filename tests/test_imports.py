@@ -153,7 +153,7 @@ def test_a_reimport_publishes_only_what_changed_and_withdraws_what_left(admin: A
     _import(admin, document=_document(vendor))
     again = _import(admin, document=_document(vendor)).json_body
     assert again["counts"] == {"published": 0, "new_version": 0, "unchanged": 4, "restored": 0, "skipped": 1,
-                               "unavailable": 0}
+                               "unavailable": 0, "failed": 0}
     # WHEN a version of the document changes one summary and drops one operation
     changed = _document(vendor).replace("Info for a specific pet", "Everything about one pet")
     changed = changed.replace("    delete:\n      operationId: deletePet\n      summary: Remove a pet\n"

@@ -6,7 +6,10 @@ resolved and converted once each however many operations share them (GitHub's 12
 has 1,000+), an inline budget per operation against fan-out, recursive schemas kept in `$defs`
 instead of inlined forever, and nothing fetched: a reference to another document skips its
 operation. An operation Workset cannot call as described still becomes a Candidate, with the
-reason instead of a definition, so an import can say what it left out.
+reason instead of a definition, so an import can say what it left out. One import reads at most
+MAX_LISTED operations and converts at most MAX_OPERATIONS (include and exclude choose them), and
+the definitions it builds come to at most `expansion_limit` of the document's size: a schema that
+thousands of operations `$ref` is repeated into each of them.
 
 The package, in the order a document goes through it:
 
@@ -32,13 +35,20 @@ from chalicelib.openapi import operations
 from chalicelib.openapi.definitions import CARRIABLE_AUTH, Builder
 from chalicelib.openapi.inputs import MAX_INPUT_NESTING
 from chalicelib.openapi.problems import Skip, shown
-from chalicelib.openapi.reading import MAX_DOCUMENT_BYTES, check_version, read_document
+from chalicelib.openapi.reading import MAX_DOCUMENT_BYTES, check_version, expansion_limit, read_document
 from chalicelib.openapi.refs import Refs
-from chalicelib.openapi.schemas import Schemas
+from chalicelib.openapi.schemas import Schemas, json_size
 from chalicelib.openapi.servers import Servers
 from chalicelib.validation import NAME_PATTERN
 
-__all__ = ["CARRIABLE_AUTH", "MAX_DOCUMENT_BYTES", "MAX_INPUT_NESTING", "Candidate", "candidates", "read_document"]
+__all__ = ["CARRIABLE_AUTH", "MAX_DOCUMENT_BYTES", "MAX_INPUT_NESTING", "Candidate", "candidates", "expansion_limit",
+           "read_document"]
+
+# An import converts, checks and writes each operation in one request (about 1.5 ms of CPU an
+# operation here, 5 ms on a small Lambda): 2,000 fit its timeout with room. GitHub's description
+# has about 1,100; a document listing more than MAX_LISTED is not read at all.
+MAX_OPERATIONS = 2_000
+MAX_LISTED = 10_000
 
 
 @dataclass(frozen=True)
@@ -54,24 +64,42 @@ class Candidate:
 
 def candidates(document: dict[str, Any], *, vendor: str, base_url: str | None = None, server: str | None = None,
                include: Sequence[str] = (), exclude: Sequence[str] = (),
-               keep_names: Mapping[str, str] = {}) -> list[Candidate]:
+               keep_names: Mapping[str, str] = {}, budget: int | None = None) -> list[Candidate]:
     """One Candidate per operation, in document order (paths in order, methods in the order get, put,
     post, delete, options, head, patch, trace). Raises InvalidInput for a bad document (not OpenAPI
     3.x, Swagger 2.0, a local $ref that does not resolve, a relative server URL with no base_url or
-    server to resolve it against...)."""
+    server to resolve it against, more operations than one import takes, definitions that come to
+    more than `budget` bytes...)."""
     check_version(document)
     if not operations.NAME.fullmatch(vendor):
         raise InvalidInput(f"vendor {shown(vendor)} must match {NAME_PATTERN}", field="vendor")
     refs = Refs(document)
-    found = operations.listed(refs)
+    found = operations.listed(refs, limit=MAX_LISTED)
+    reasons = [operations.filtered(operation, include, exclude) for operation in found]
+    if (chosen := reasons.count(None)) > MAX_OPERATIONS:
+        raise InvalidInput(f"{chosen:,} of the document's operations are to be imported; one import takes at most "
+                           f"{MAX_OPERATIONS:,}: choose some with include or exclude (tags, operationIds, or path "
+                           "prefixes starting with /), and import the rest in another call", field="include")
     builder = Builder(Schemas(refs), Servers(document, base_url=base_url, server=server), vendor=vendor)
+    left = budget if budget is not None else MAX_DOCUMENT_BYTES
     answer = []
-    for operation, name in zip(found, operations.names(found, keep_names), strict=True):
-        definition, reason = None, operations.filtered(operation, include, exclude)
+    for operation, name, reason in zip(found, operations.names(found, keep_names), reasons, strict=True):
+        definition = None
         if reason is None:
             try:
                 definition = builder.definition(operation, name)
             except Skip as skip:
                 reason = skip.reason
+            else:
+                left -= json_size(definition)
+                if left < 0:
+                    raise InvalidInput(_over_budget(budget), field="document")
         answer.append(Candidate(operation.key, operation.operation_id, name, definition, reason))
     return answer
+
+
+def _over_budget(budget: int | None) -> str:
+    most = budget if budget is not None else MAX_DOCUMENT_BYTES
+    return (f"the operations' tool definitions come to more than {most / 2**20:.3g} MB: the schemas they $ref are "
+            "repeated into every operation that uses them, and an import builds at most a few times the document's "
+            "size; import fewer operations at a time with include or exclude")

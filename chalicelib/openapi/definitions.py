@@ -10,7 +10,7 @@ from urllib.parse import quote
 from chalicelib.errors import InvalidInput
 from chalicelib.openapi.inputs import Fields, Param, input_schema, json_media, read_body, text
 from chalicelib.openapi.operations import Operation
-from chalicelib.openapi.problems import Skip, Where, at, cut, shown
+from chalicelib.openapi.problems import Skip, Where, at, cut, plain, shown
 from chalicelib.openapi.schemas import Schemas
 from chalicelib.openapi.servers import Servers
 from chalicelib.outbound import is_client_header
@@ -87,8 +87,8 @@ class Builder:
                                     ("components", "securitySchemes", name))
         if not isinstance(scheme, dict) or not isinstance(scheme.get("type"), str):
             return ("undeclared", name), f"the undeclared scheme {shown(name)}"
-        kind = scheme["type"]
-        detail = str(scheme.get("scheme" if kind == "http" else "in", "")).lower()
+        kind = cut(scheme["type"], 60)
+        detail = cut(plain(scheme.get("scheme" if kind == "http" else "in", "")), 60).lower()
         label = f"http {detail}" if kind == "http" else f"apiKey in {detail}" if kind == "apiKey" else kind
         return (kind.lower(), detail if kind in ("http", "apiKey") else ""), cut(label, 60)
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from chalicelib.definitions import PLACEHOLDER
+from chalicelib.definitions import MAX_SCHEMA_BYTES, PLACEHOLDER
 from chalicelib.errors import InvalidInput
 from chalicelib.jsontext import MAX_DEPTH
 from chalicelib.openapi.operations import Operation
@@ -19,7 +19,7 @@ from chalicelib.openapi.problems import Skip, at, cut, shown
 from chalicelib.openapi.schemas import Inliner, Overflow, Schemas, json_size
 
 INLINE_BYTES = 64 * 1024
-MAX_INPUT_BYTES = 256 * 1024
+MAX_INPUT_BYTES = MAX_SCHEMA_BYTES  # one place: what a published tool's schema may be
 MAX_INPUT_NESTING = MAX_DEPTH - 1  # the admin API reads a definition, its input_schema one level down, as JSON
 FORM = "application/x-www-form-urlencoded"
 _NO_REST_BODY = frozenset({"GET", "HEAD", "DELETE"})

@@ -38,8 +38,9 @@ class Operation:
         return found if isinstance(found, str) and found else None
 
 
-def listed(refs: Refs) -> list[Operation]:
-    """Every operation: paths in order, methods in the order of METHODS; `x-` paths left out."""
+def listed(refs: Refs, *, limit: int) -> list[Operation]:
+    """Every operation: paths in order, methods in the order of METHODS; `x-` paths left out.
+    InvalidInput past `limit` operations."""
     paths = refs.root.get("paths")
     if paths is None:
         return []
@@ -62,6 +63,9 @@ def listed(refs: Refs) -> list[Operation]:
                 if not isinstance(item[method], dict):
                     raise InvalidInput(f"the operation {at((*item_where, method))} is not a mapping")
                 found.append(Operation(method, path, item, item_where, item[method], (*item_where, method)))
+                if len(found) > limit:
+                    raise InvalidInput(f"the document has more than {limit:,} operations; Workset reads at most "
+                                       f"{limit:,} from one document: split it", field="document")
     return found
 
 
@@ -77,10 +81,11 @@ def names(operations: list[Operation], keep_names: Mapping[str, str]) -> list[st
             chosen[operation.key] = kept
             given.add(kept)
     taken = reserved | given
+    tried: dict[str, int] = {}  # source -> hashes of it already taken (so many operations sharing one stay linear)
     for operation in operations:
         if operation.key not in chosen:
             chosen[operation.key] = name = _fresh_name(operation.operation_id or f"{operation.method} {operation.path}",
-                                                       taken)
+                                                       taken, tried)
             taken.add(name)
     return [chosen[operation.key] for operation in operations]
 
@@ -95,15 +100,19 @@ def filtered(operation: Operation, include: Sequence[str], exclude: Sequence[str
     return None
 
 
-def _fresh_name(source: str, taken: set[str]) -> str:
+def _fresh_name(source: str, taken: set[str], tried: dict[str, int]) -> str:
     slug = _slug(source)
     if slug and len(slug) <= 31 and slug not in taken:
         return slug
     head = slug[:24].rstrip("-") or "op"
-    for attempt in range(len(taken) + 1):  # another hash while taken (two operations with one operationId)
+    # Another hash while taken (operations sharing one operationId). Names only join `taken`, so the
+    # attempts an earlier operation of the same source spent are taken still: start after them.
+    start = tried.get(source, 0)
+    for attempt in range(start, start + len(taken) + 1):
         salted = source if attempt == 0 else f"{source}#{attempt}"
         name = f"{head}-{hashlib.sha256(salted.encode('utf-8', 'surrogatepass')).hexdigest()[:6]}"
         if name not in taken:
+            tried[source] = attempt + 1
             return name
     raise AssertionError("unreachable: more attempts than names taken")
 

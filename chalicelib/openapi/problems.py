@@ -28,7 +28,15 @@ def at(where: Where) -> str:
 
 def shown(value: Any) -> str:
     """A value from the document, quoted and cut to fit a message."""
-    return repr(cut(value if isinstance(value, str) else str(value), 60))
+    return repr(cut(plain(value), 60))
+
+
+def plain(value: Any) -> str:
+    """A scalar from the document as text; a mapping or list only named, never written out (it
+    may be large, or share its parts many times over)."""
+    if isinstance(value, dict | list):
+        return f"a {'mapping' if isinstance(value, dict) else 'list'} of {len(value)}"
+    return value if isinstance(value, str) else str(value)
 
 
 def cut(text: str, limit: int = 120) -> str:

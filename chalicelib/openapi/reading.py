@@ -1,6 +1,13 @@
 """Text into a document: at most 25 MB, JSON or YAML (a safe loader, YAML 1.2's booleans), copied
-into plain JSON data within a node budget and a nesting limit that a YAML alias bomb meets
-before it is expanded; then the version, which must be OpenAPI 3.0 or 3.1."""
+into plain JSON data within a node budget and a nesting limit; then the version, which must be
+OpenAPI 3.0 or 3.1.
+
+A YAML alias repeats its anchor wherever it is used, and so does a merge key (`<<: *a`): a
+36 KB document that uses a 20 KB anchor 4,000 times is 80 MB to anything that walks it (a size
+check, a message, a conversion). So a YAML document is composed into its node graph first and
+measured there, each alias counted as a full copy of its anchor (each node measured once, so
+the measuring is linear), and refused when it would expand past `expansion_limit` of the text's
+size; only then are Python objects built."""
 
 from __future__ import annotations
 
@@ -14,11 +21,21 @@ import yaml
 
 from chalicelib.errors import InvalidInput
 from chalicelib.jsontext import has_surrogate
-from chalicelib.openapi.problems import at, cut, shown
+from chalicelib.openapi.problems import at, cut, plain, shown
 
 MAX_DOCUMENT_BYTES = 25 * 1024 * 1024
 MAX_NODES = 5_000_000  # values in the document, a YAML alias counted each time it is used
 MAX_NESTING = 200
+# What a document may come to once its aliases (and, at import, its $refs) are repeated: a small
+# multiple of its own size, at least enough for a small document to share a few schemas, and
+# never more than the largest document read.
+EXPANSION = 4
+EXPANSION_FLOOR = 1024 * 1024
+
+
+def expansion_limit(size: int) -> int:
+    """The most bytes a document of `size` bytes may come to with its aliases (or $refs) repeated."""
+    return min(MAX_DOCUMENT_BYTES, max(EXPANSION_FLOOR, EXPANSION * size))
 
 
 def read_document(raw: str | bytes) -> dict[str, Any]:
@@ -35,7 +52,7 @@ def read_document(raw: str | bytes) -> dict[str, Any]:
             raise InvalidInput(f"the document is not UTF-8 text (at byte {error.start})") from None
     text = raw.lstrip("\ufeff")
     is_json = text.lstrip().startswith("{")
-    loaded = _parse_json(text) if is_json else _parse_yaml(text)
+    loaded = _parse_json(text) if is_json else _parse_yaml(text, expansion_limit(size))
     document = _Plain(aliases=not is_json).copy(loaded)
     if not isinstance(document, dict):
         found = "empty" if document is None else "a list" if isinstance(document, list) else "a single value"
@@ -75,9 +92,14 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|Tr
                               list("tTfF"))
 
 
-def _parse_yaml(text: str) -> Any:
+def _parse_yaml(text: str, limit: int) -> Any:
+    loader = _Loader(text)  # a safe loader (see _Loader)
     try:
-        return yaml.load(text, Loader=_Loader)  # a safe loader (see _Loader)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _measure(node, limit)
+        return loader.construct_document(node)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -87,6 +109,55 @@ def _parse_yaml(text: str) -> Any:
         raise InvalidInput(f"the document is not valid YAML: {cut(str(error))}") from None
     except (ValueError, OverflowError, RecursionError):  # an integer too long, nesting in the pure-Python parser
         raise InvalidInput("the document holds a value that cannot be read (a number too long?)") from None
+    finally:
+        loader.dispose()
+
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+def _measure(root: yaml.Node, limit: int) -> None:
+    """Refuse a node graph that expands past `limit` bytes before anything is built from it. A
+    node's size is about what it takes as compact JSON: its text's UTF-8 bytes and a byte of
+    structure per value; an alias is the node it names, so it counts that node's whole size again,
+    and a merge key counts the mappings it merges in full, as the constructor copies their pairs.
+    Depth first without recursion (a chain of anchors nests without limit in a flat text), each
+    node sized once. Nesting and an anchor that contains itself are `_Plain`'s to refuse: built
+    from a graph, they cost no more than the graph."""
+    sizes: dict[int, int] = {}  # id(node) -> bytes
+    open_: set[int] = set()  # the nodes being sized: the ancestors of the one on top
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_sized = stack.pop()
+        key = id(node)
+        if children_sized:
+            open_.discard(key)
+            sizes[key] = total = 1 + sum(sizes[id(child)] for child in _children(node))
+            if total > limit:
+                mark = node.start_mark
+                raise InvalidInput(
+                    f"the document comes to more than {limit / 2**20:.3g} MB once its YAML aliases and merge keys "
+                    f"are repeated (a document may expand to {EXPANSION} times its size, at least "
+                    f"{EXPANSION_FLOOR >> 20} MB); use fewer aliases (the value at line {mark.line + 1} column "
+                    f"{mark.column + 1})", field="document")
+        elif key in open_:
+            return  # an anchor that contains itself: built as one object, which _Plain refuses naming where
+        elif key not in sizes:
+            if isinstance(node, yaml.ScalarNode):
+                sizes[key] = len(str(node.value).encode("utf-8", "surrogatepass")) + 1
+            else:
+                open_.add(key)
+                stack.append((node, True))
+                stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    """A collection node's values (a mapping's keys and values; what a merge key names, whole)."""
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for key, value in node.value for part in ((value,) if key.tag == _MERGE else (key, value))]
+    return []
 
 
 class _Plain:
@@ -186,7 +257,7 @@ class _Plain:
 def check_version(document: dict[str, Any]) -> str:
     """"3.0" or "3.1"; InvalidInput for Swagger 2.0 and anything that is not OpenAPI 3.0 or 3.1."""
     if "swagger" in document:
-        raise InvalidInput(f"Swagger {cut(str(document['swagger']), 20)} is not supported: convert the document to "
+        raise InvalidInput(f"Swagger {cut(plain(document['swagger']), 20)} is not supported: convert the document to "
                            "OpenAPI 3 first")
     found = document.get("openapi")
     if isinstance(found, str) and re.fullmatch(r"3\.[01](\.\d+)?(-[\w.]+)?", found):

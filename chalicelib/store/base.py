@@ -21,7 +21,7 @@ from pynamodb.transactions import TransactWrite
 
 from chalicelib import jsontext
 from chalicelib.config import settings
-from chalicelib.errors import Busy, Conflict, InvalidInput
+from chalicelib.errors import Busy, Conflict, InvalidInput, WorksetError
 from chalicelib.store.records import Page
 
 CURSOR_CHARS = 4096  # four key attributes of DynamoDB's size, base64: far below this
@@ -41,6 +41,17 @@ class ConditionFailed(Conflict):
     def __init__(self, reasons: list[str | None]) -> None:
         super().__init__("the change conflicts with the current state")
         self.reasons = reasons
+
+
+class WriteRefused(WorksetError):
+    """DynamoDB refused a write for what it holds (an item over 400 KB, a value it cannot take):
+    sending it again will not help. `reasons` as for ConditionFailed, when it gave them."""
+
+    code = "write_refused"
+
+    def __init__(self, message: str, reasons: list[str | None] | None = None) -> None:
+        super().__init__(message)
+        self.reasons = reasons or []
 
 
 # Cancellation reasons that say "not now" rather than "no": the same transaction may succeed if
@@ -73,7 +84,8 @@ class _RetriedWrite(TransactWrite):
         raise AssertionError("unreachable")
 
 
-def _reasons(error: TransactWriteError) -> list[str | None]:
+def cancellation_codes(error: TransactWriteError) -> list[str | None]:
+    """The per-item codes of a cancelled transaction (None for an item that did not cancel it)."""
     return [reason.code if reason else None for reason in (error.cancellation_reasons or [])]
 
 
@@ -81,7 +93,7 @@ def _transient(error: TransactWriteError) -> bool:
     """True when every item that cancelled the transaction did so for a transient reason."""
     if error.cause_response_code in TRANSIENT_ERRORS:
         return True
-    codes = {code for code in _reasons(error) if code not in (None, "None")}
+    codes = {code for code in cancellation_codes(error) if code not in (None, "None")}
     return bool(codes) and codes <= TRANSIENT_REASONS
 
 
@@ -93,7 +105,7 @@ def transaction() -> Iterator[TransactWrite]:
         with _RetriedWrite(connection=connection(), client_request_token=uuid.uuid4().hex) as write:
             yield write
     except TransactWriteError as error:
-        reasons = _reasons(error)
+        reasons = cancellation_codes(error)
         if "ConditionalCheckFailed" in reasons:
             raise ConditionFailed(reasons) from error
         raise

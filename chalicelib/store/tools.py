@@ -15,11 +15,11 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from pynamodb.exceptions import DoesNotExist
+from pynamodb.exceptions import DoesNotExist, TransactWriteError
 
 from chalicelib.clock import utcnow
 from chalicelib.errors import Busy
-from chalicelib.store.base import ConditionFailed, key_ok, page, transaction
+from chalicelib.store.base import ConditionFailed, WriteRefused, cancellation_codes, key_ok, page, transaction
 from chalicelib.store.models import (
     HEAD_PREFIX,
     VERSION_PREFIX,
@@ -162,14 +162,20 @@ def put_versions(account_id: str, versions: Sequence[NewVersion], published_by: 
                  now: datetime) -> list[ToolVersion]:
     """Publish several tools' next versions: one transaction per batch of up to BATCH_TOOLS tools,
     each also moving the toolbox's revision. Raises `ConditionFailed` when another publish of a
-    tool in a batch got there first: that batch wrote nothing (earlier batches stand)."""
+    tool in a batch got there first, `WriteRefused` when DynamoDB refuses what a batch holds (an
+    item over its 400 KB): that batch wrote nothing (earlier batches stand)."""
     published: list[ToolVersion] = []
     revision = None
     for batch in _batches(versions, lambda new: 2 * len(json.dumps(new.definition)) + 2 * len(new.vector or b"")):
         records = [ToolVersion(new.vendor, new.name, new.previous + 1, new.definition, published_at=now,
                                published_by=published_by, vector=new.vector, vector_version=new.vector_version,
                                origin=new.origin) for new in batch]
-        revision = _revise(account_id, records, partial(_save_versions, account_id, batch, records), revision, now)
+        try:
+            revision = _revise(account_id, records, partial(_save_versions, account_id, batch, records), revision,
+                               now)
+        except TransactWriteError as error:  # neither a condition nor transient (transaction() raised those)
+            raise WriteRefused(f"the store refused the write ({error.cause_response_code or 'no code'}: "
+                               f"{(error.cause_response_message or '')[:200]})", cancellation_codes(error)) from error
         published.extend(records)
     return published
 
