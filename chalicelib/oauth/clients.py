@@ -14,7 +14,7 @@ from urllib.parse import unquote_plus, urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from chalicelib.accounts import hash_token
-from chalicelib.oauth import OAuthError
+from chalicelib.oauth import OAuthError, limits
 from chalicelib.store import oauth as oauth_store
 from chalicelib.store.records import OAuthClient
 
@@ -68,13 +68,15 @@ class Registration(BaseModel):
     @field_validator("client_uri")
     @classmethod
     def _web_page(cls, uri: str | None) -> str | None:
-        if uri is not None and urlsplit(uri).scheme != "https":
-            raise ValueError("client_uri must be an https URL")
+        if uri is not None and (not uri.isprintable() or " " in uri or urlsplit(uri).scheme != "https"):
+            raise ValueError("client_uri must be an https URL (printable, without spaces)")
         return uri
 
 
-def register(payload: Any, now: datetime) -> dict[str, Any]:
-    """Register a client; answer its information (the secret, for a confidential client, only here)."""
+def register(payload: Any, now: datetime, *, source: str | None) -> dict[str, Any]:
+    """Register a client; answer its information (the secret, for a confidential client, only here).
+    A valid registration counts against its source address's hourly quota and the overall one
+    (`limits`); past either, nothing is stored."""
     if not isinstance(payload, dict):
         raise OAuthError("invalid_client_metadata", "the body must be a JSON object")
     try:
@@ -84,6 +86,7 @@ def register(payload: Any, now: datetime) -> dict[str, Any]:
         field = ".".join(str(part) for part in first["loc"])
         code = "invalid_redirect_uri" if field.startswith("redirect_uris") else "invalid_client_metadata"
         raise OAuthError(code, f"{field}: {first['msg'].removeprefix('Value error, ')}") from None
+    limits.admit_registration(limits.source_of(source), now)
     client_id = f"{CLIENT_ID_PREFIX}{secrets.token_hex(12)}"
     secret = None if request.token_endpoint_auth_method == "none" else f"{CLIENT_SECRET_PREFIX}{secrets.token_urlsafe(32)}"
     client = OAuthClient(client_id=client_id, client_name=request.client_name,
