@@ -105,6 +105,8 @@ class Settings:
     # WORKSET_CONSOLE_SECRET; unset on deployed stages, whose `console_secret` is a parameter
     given_console_secret: str = field(repr=False)
     acquire_per_day: int
+    registrations_per_source_hour: int
+    registrations_per_hour: int
     run_retention_days: int
     search_cache_mb: float
     parameters: StageParameters = field(repr=False, compare=False)  # read at first use
@@ -187,6 +189,10 @@ def settings() -> Settings:
         given_console_secret=os.environ.get("WORKSET_CONSOLE_SECRET", LOCAL_CONSOLE_SECRET if local else ""),
         # tools and versions one agent may publish with acquire per UTC day
         acquire_per_day=int(os.environ.get("WORKSET_ACQUIRE_PER_DAY", "50")),
+        # OAuth clients that may register (open to anyone) per UTC hour: from one source address
+        # (an IPv6 one by its /64), and from all sources together (chalicelib/oauth/limits.py)
+        registrations_per_source_hour=int(os.environ.get("WORKSET_REGISTRATIONS_PER_SOURCE_HOUR", "20")),
+        registrations_per_hour=int(os.environ.get("WORKSET_REGISTRATIONS_PER_HOUR", "1000")),
         # runs (input and result) are deleted by DynamoDB's TTL this many days after they start
         run_retention_days=int(os.environ.get("WORKSET_RUN_RETENTION_DAYS", "30")),
         # search indexes a warm instance keeps, least recently used out: a quarter of the function's

@@ -15,6 +15,13 @@
 #   AlarmEmail=ops@example.com        subscribes an address to the topic the stack makes (AWS
 #                        mails a confirmation link first).
 #   LogRetentionInDays=30             how long the functions' log groups keep events (30).
+#   ApiThrottleRateLimit=50           requests per second each method of the API's stage serves,
+#                        whoever calls (API Gateway's default method throttling: one token bucket
+#                        per route and method; past it, 429 without invoking the function). All
+#                        agents' MCP traffic shares POST /mcp. Bounds what a stranger's flood costs.
+#   ApiThrottleBurstLimit=100         requests each method serves at once above that rate.
+#   WebAclArn=arn:aws:wafv2:...       an existing REGIONAL AWS WAF web ACL to associate with the
+#                        API's stage (per-address rate rules, IP reputation); none by default.
 # Stage is set from the first argument.
 #
 # The console signs sessions with the SecureString parameter /workset/<stage>/console-secret.
@@ -65,7 +72,7 @@ bucket=${2:?$usage}
 shift 2
 for override in "$@"; do
   case $override in
-    PublicDomain=* | AlarmTopicArn=* | AlarmEmail=* | LogRetentionInDays=*) ;;
+    PublicDomain=* | AlarmTopicArn=* | AlarmEmail=* | LogRetentionInDays=* | ApiThrottleRateLimit=* | ApiThrottleBurstLimit=* | WebAclArn=*) ;;
     *) echo "unknown parameter override: $override" >&2; echo "$usage" >&2; exit 2 ;;
   esac
 done

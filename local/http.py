@@ -1,6 +1,8 @@
 """The local stack's HTTP server and request handler: Chalice's own, with room for many clients
-connecting at once, without Nagle's delay, and refusing a body over the size limit from its
-headers, before reading it (API Gateway caps bodies the same way in AWS)."""
+connecting at once, without Nagle's delay, refusing a body over the size limit from its headers,
+before reading it (API Gateway caps bodies the same way in AWS), and telling the app the socket's
+peer as the source address (`requestContext.identity.sourceIp`, as API Gateway tells the
+connection's; Chalice's own says 127.0.0.1 for everyone)."""
 
 from __future__ import annotations
 
@@ -21,13 +23,15 @@ class Server(ThreadedHTTPServer):
 
 
 class Handler(ChaliceRequestHandler):
-    """Chalice's local handler with the two changes the local stack needs."""
+    """Chalice's local handler with the changes the local stack needs."""
 
     disable_nagle_algorithm = True  # keep-alive MCP clients otherwise wait ~40 ms per answer
 
     def _checked_handle(self) -> None:
         refusal = self._refusal()
         if refusal is None:
+            # what the app counts open registrations by: the peer, never a header the client wrote
+            self.local_gateway.event_converter.LOCAL_SOURCE_IP = str(self.client_address[0])
             self._generic_handle()
             return
         status, code, message = refusal

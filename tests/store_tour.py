@@ -245,6 +245,10 @@ def exercise_store() -> set[str]:
     run(oauth.put_client, client, expires_at=now + timedelta(days=1))
     assert run(oauth.get_client, "oc1", now) == client
     run(oauth.keep_client, "oc1")
+    # open registration's quota: a counter beside them, made by its first count
+    quota = {"limit": 1, "expires_at": now + timedelta(hours=1)}
+    assert run(oauth.count_up, "register#203.0.113.7#2026-11-30T07", **quota) is True
+    assert oauth.count_up("register#203.0.113.7#2026-11-30T07", **quota) is False  # the quota holds
     code = AuthorizationCode("oc1", "https://chat.acme.test/cb", "c" * 43, "https://w.test/mcp", "mcp", "acct", "a2",
                              "g1", "admin", now + timedelta(minutes=5))
     run(oauth.put_code, "code-hash", code, forget_at=now + timedelta(days=1))

@@ -3,7 +3,7 @@ the queues and what watches them) and nothing else; what it adds to Chalice's re
 queue consumer's `DependsOn` on its queue, so that Lambda's event source is made after the queue,
 and, on the event source of a consumer that answers `batchItemFailures`, `FunctionResponseTypes:
 [ReportBatchItemFailures]`, without which Lambda ignores the answer and deletes the whole batch;
-the API's name); and its Stage parameter.
+the API's name and its stage throttle); and its Stage parameter.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 
 from chalicelib.store.models import TABLES
 from tests.infra import CHALICE_FUNCTIONS, QUEUES, REPORT_BATCH_ITEM_FAILURES, overlays, own_resources, stages, template
+from tests.test_infra_throttle import THROTTLE
 
 
 # What the fragment holds besides tables, key and queues (tests/test_deploy.py checks each kind):
@@ -34,16 +35,18 @@ API_NAME = {"Fn::Sub": "workset-${Stage}"}
 def test_the_template_holds_the_tables_the_secrets_key_and_the_queues_and_nothing_else() -> None:
     types = sorted(resource["Type"] for resource in own_resources(template()).values())
     assert types == sorted(["AWS::DynamoDB::Table"] * len(TABLES) + ["AWS::KMS::Key", "AWS::KMS::Alias"]
-                           + ["AWS::SQS::Queue"] * 2 * len(QUEUES) + observability_types())
+                           + ["AWS::SQS::Queue"] * 2 * len(QUEUES) + observability_types()
+                           + ["AWS::WAFv2::WebACLAssociation"])  # the optional web ACL (test_infra_throttle.py)
     # and on Chalice's resources, only the consumers' wait for their queues (and the partial
-    # batch responses of those that answer them), and the API's name
+    # batch responses of those that answer them), and the API's name and stage throttle
     assert overlays(template()) == expected_overlays()
 
 
 def expected_overlays() -> dict[str, dict[str, Any]]:
     """What the fragment must add to Chalice's consumer functions, by `QUEUES`, and to its API."""
     wanted: dict[str, dict[str, Any]] = {
-        "RestAPI": {"Properties": {"Name": API_NAME, "DefinitionBody": {"info": {"title": API_NAME}}}}}
+        "RestAPI": {"Properties": {"Name": API_NAME, "DefinitionBody": {"info": {"title": API_NAME}},
+                                   "MethodSettings": THROTTLE}}}
     for queue in QUEUES:
         overlay: dict[str, Any] = {"DependsOn": [queue.logical_id]}
         if queue.reports_batch_item_failures:

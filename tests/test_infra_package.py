@@ -59,22 +59,36 @@ def cfn_lint(path: Path) -> list[dict[str, Any]]:
 
 
 # Plain stand-ins for the resources of Chalice's that the fragment names (log groups and alarms
-# name the functions, the public URL the API), so that the fragment lints alone.
+# name the functions, the public URL and the web ACL's association the API), so that the fragment
+# lints alone. The API is SAM's, as Chalice's is: the association names its stage as SAM lets a
+# template name the stage it makes (`RestAPI.Stage`).
 CHALICE_STANDINS: dict[str, dict[str, Any]] = {
     **{function: {"Type": "AWS::Lambda::Function", "Properties": {
         "Runtime": "python3.12", "Handler": "app.app", "Code": {"ZipFile": "app = None"},
         "Role": "arn:aws:iam::123456789012:role/standin"}}
        for function in CHALICE_FUNCTIONS},
-    "RestAPI": {"Type": "AWS::ApiGateway::RestApi", "Properties": {"Name": "standin"}},
+    "RestAPI": {"Type": "AWS::Serverless::Api", "Properties": {
+        "StageName": "api", "EndpointConfiguration": "EDGE",
+        "DefinitionBody": {"swagger": "2.0", "info": {"title": "standin"}, "paths": {}}}},
 }
+
+
+def _merge(base: Any, overlay: Any) -> Any:
+    """`overlay` put onto `base` as `chalice package --merge-template` does: dicts key by key."""
+    if isinstance(base, dict) and isinstance(overlay, dict):
+        return {**base, **{key: _merge(base.get(key), value) for key, value in overlay.items()}}
+    return overlay
 
 
 def test_the_fragment_alone_passes_cfn_lint(tmp_path: Path) -> None:
     """Fast feedback that needs no packaging (the full template is linted further down). The
-    overlays on Chalice's resources are left out: alone, they are not resources; the resources
-    of Chalice's that it names are stood in for."""
+    overlays on Chalice's functions are left out: alone, they are not resources; the resources
+    of Chalice's that it names are stood in for, the API with the fragment's overlay (its stage
+    throttle) merged on."""
     own = template()
-    own["Resources"] = own_resources(own) | CHALICE_STANDINS
+    standins = CHALICE_STANDINS | {"RestAPI": _merge(CHALICE_STANDINS["RestAPI"], overlays(own)["RestAPI"])}
+    own["Transform"] = "AWS::Serverless-2016-10-31"
+    own["Resources"] = own_resources(own) | standins
     path = tmp_path / "resources.json"
     path.write_text(json.dumps(own))
     findings = cfn_lint(path)

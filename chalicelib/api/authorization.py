@@ -47,7 +47,7 @@ def server_metadata() -> Response:
 
 @bp.route("/oauth/register", methods=["POST"], content_types=["application/json"])
 def register() -> Response:
-    return _answer(lambda: (201, clients.register(_json_body(), utcnow())))
+    return _answer(lambda: (201, clients.register(_json_body(), utcnow(), source=_source_address())))
 
 
 @bp.route("/oauth/token", methods=["POST"], content_types=FORM)
@@ -70,8 +70,17 @@ def _answer(work: Callable[[], tuple[int, Any]]) -> Response:
     except OAuthError as error:
         basic = _authorization() or ""
         challenge = {"WWW-Authenticate": 'Basic realm="workset"'} if error.status == 401 and basic[:6].lower() == "basic " else {}
-        return json_response(error.status, error.to_dict(), {**NO_STORE, **challenge})
+        wait = {"Retry-After": str(error.retry_after)} if error.retry_after is not None else {}
+        return json_response(error.status, error.to_dict(), {**NO_STORE, **challenge, **wait})
     return json_response(status, body, NO_STORE)
+
+
+def _source_address() -> str | None:
+    """The address the request came from as API Gateway saw the connection (the local stack: the
+    socket's peer). Never X-Forwarded-For or any other header: the client writes those."""
+    identity = (bp.current_request.context or {}).get("identity") or {}
+    address = identity.get("sourceIp") if isinstance(identity, dict) else None
+    return address if isinstance(address, str) else None
 
 
 def _authorization() -> str | None:
@@ -82,7 +91,7 @@ def _raw() -> bytes:
     raw = bp.current_request.raw_body or b""
     raw = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if len(raw) > settings().max_request_bytes:
-        raise OAuthError("invalid_request", f"the body is larger than {settings().max_request_bytes} bytes")
+        raise OAuthError("invalid_request", f"the body is larger than {settings().max_request_bytes} bytes", status=413)
     return raw
 
 

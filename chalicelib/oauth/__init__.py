@@ -18,8 +18,9 @@ authorization).
 - Revocation (RFC 7009) at `/oauth/revoke`, and by a person on the agent's page.
 
 The package: `discovery` (the metadata documents), `clients` (registration and client
-authentication), `authorization` (the request a person consents to, and the code), `tokens` (the
-token endpoint, revocation, and a person's view of the grants).
+authentication), `limits` (how many clients may register, per source address and in all),
+`authorization` (the request a person consents to, and the code), `tokens` (the token endpoint,
+revocation, and a person's view of the grants).
 """
 
 from __future__ import annotations
@@ -35,13 +36,15 @@ def s256(verifier: str) -> str:
 
 
 class OAuthError(Exception):
-    """An error the OAuth endpoints answer as `{"error", "error_description"}` (RFC 6749 5.2)."""
+    """An error the OAuth endpoints answer as `{"error", "error_description"}` (RFC 6749 5.2);
+    `retry_after` (seconds) for a quota's refusal."""
 
-    def __init__(self, error: str, description: str, *, status: int = 400) -> None:
+    def __init__(self, error: str, description: str, *, status: int = 400, retry_after: int | None = None) -> None:
         super().__init__(description)
         self.error = error
         self.description = description
         self.status = status
+        self.retry_after = retry_after
 
     def to_dict(self) -> dict[str, str]:
         """The JSON body."""

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from chalicelib import urls
 from chalicelib.accounts import hash_token
-from chalicelib.oauth import OAuthError
+from chalicelib.oauth import OAuthError, limits
 from chalicelib.store import oauth as oauth_store
 from chalicelib.store.records import OAuthClient
 
@@ -75,8 +75,10 @@ class Registration(BaseModel):
         return uri
 
 
-def register(payload: Any, now: datetime) -> dict[str, Any]:
-    """Register a client; answer its information (the secret, for a confidential client, only here)."""
+def register(payload: Any, now: datetime, *, source: str | None) -> dict[str, Any]:
+    """Register a client; answer its information (the secret, for a confidential client, only here).
+    A valid registration counts against its source address's hourly quota and the overall one
+    (`limits`); past either, nothing is stored."""
     if not isinstance(payload, dict):
         raise OAuthError("invalid_client_metadata", "the body must be a JSON object")
     try:
@@ -86,6 +88,7 @@ def register(payload: Any, now: datetime) -> dict[str, Any]:
         field = ".".join(str(part) for part in first["loc"])
         code = "invalid_redirect_uri" if field.startswith("redirect_uris") else "invalid_client_metadata"
         raise OAuthError(code, f"{field}: {first['msg'].removeprefix('Value error, ')}") from None
+    limits.admit_registration(limits.source_of(source), now)
     client_id = f"{CLIENT_ID_PREFIX}{secrets.token_hex(12)}"
     secret = None if request.token_endpoint_auth_method == "none" else f"{CLIENT_SECRET_PREFIX}{secrets.token_urlsafe(32)}"
     client = OAuthClient(client_id=client_id, client_name=request.client_name,

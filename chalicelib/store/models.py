@@ -23,8 +23,9 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
 - `accounts`: the tenant, with a toolbox revision that warm instances compare against to keep
   their search index fresh; `admin-tokens`: token hash -> account, one GetItem per admin call.
   The same table keeps what proves a person or an OAuth client before any agent is involved:
-  console sessions, OAuth clients (`oauth-client#<id>`) and authorization codes
-  (`oauth-code#<hash>`), each by a key no token hash can equal.
+  console sessions, OAuth clients (`oauth-client#<id>`), authorization codes
+  (`oauth-code#<hash>`) and the counters that bound open registration (`oauth-quota#<counter>`),
+  each by a key no token hash can equal.
 - An agent's OAuth grants live in its own partition (`G#<grant id>`, hashes of its current access
   and refresh tokens), so the one Query that authenticates a `wsk_` key authenticates an OAuth
   access token too.
@@ -60,6 +61,7 @@ SESSION_PREFIX = "session#"
 OAUTH_CLIENT_PREFIX = "oauth-client#"
 OAUTH_CODE_PREFIX = "oauth-code#"
 OAUTH_SPENT_PREFIX = "oauth-spent#"
+OAUTH_QUOTA_PREFIX = "oauth-quota#"
 GRANT_PREFIX = "G#"
 SHARDS = 4  # partitions of each index the sweep reads: a sweep with nothing due makes 3 x SHARDS queries
 VERSION_PREFIX = "V#"
@@ -139,6 +141,17 @@ class OAuthClientItem(Model):
     secret_hash = UnicodeAttribute(null=True)
     client_uri = UnicodeAttribute(null=True)
     created_at = UTCDateTimeAttribute()
+    ttl = TTLAttribute(null=True)
+
+
+class OAuthQuotaItem(Model):
+    """A counter of one window of an unauthenticated write (`OAUTH_QUOTA_PREFIX` + the counter:
+    registrations from one source address in one UTC hour, or from all of them): its window is in
+    its key, so a new window starts a new counter, and TTL drops the old ones."""
+
+    Meta = _meta("admin-tokens")
+    token_hash = UnicodeAttribute(hash_key=True)
+    used = NumberAttribute(null=True)  # not `count`: that is pynamodb's Model.count
     ttl = TTLAttribute(null=True)
 
 

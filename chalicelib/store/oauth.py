@@ -18,11 +18,13 @@ from chalicelib.store.models import (
     AGENT_SK,
     OAUTH_CLIENT_PREFIX,
     OAUTH_CODE_PREFIX,
+    OAUTH_QUOTA_PREFIX,
     OAUTH_SPENT_PREFIX,
     AgentSettingsItem,
     GrantItem,
     OAuthClientItem,
     OAuthCodeItem,
+    OAuthQuotaItem,
     SpentRefreshItem,
     grant_sk,
 )
@@ -35,6 +37,17 @@ def put_client(client: OAuthClient, *, expires_at: datetime) -> None:
                     redirect_uris=list(client.redirect_uris), auth_method=client.auth_method,
                     secret_hash=client.secret_hash, client_uri=client.client_uri, created_at=client.created_at,
                     ttl=expires_at).save(condition=OAuthClientItem.token_hash.does_not_exist())
+
+
+def count_up(counter: str, *, limit: int, expires_at: datetime) -> bool:
+    """Count one more against `counter` (one conditional UpdateItem, which makes the counter at its
+    first count); False, and nothing written, when it has counted `limit` already. A retry after a
+    lost answer may count twice: a quota errs towards refusing, never towards letting more in."""
+    if limit <= 0:
+        return False
+    return update_if(OAuthQuotaItem(token_hash=f"{OAUTH_QUOTA_PREFIX}{counter}"),
+                     [OAuthQuotaItem.used.add(1), OAuthQuotaItem.ttl.set(expires_at)],
+                     OAuthQuotaItem.used.does_not_exist() | (OAuthQuotaItem.used < limit))
 
 
 def get_client(client_id: str, now: datetime) -> OAuthClient | None:
