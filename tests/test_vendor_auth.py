@@ -176,8 +176,10 @@ def _connection(admin: Admin, connection_id: str) -> dict[str, Any]:
 
 
 def _later(monkeypatch: pytest.MonkeyPatch, delta: timedelta) -> None:
-    """Move the connections' clock (token expiry is judged by it) `delta` ahead of the wall clock."""
+    """Move the connections' clock (token expiry and refresh leases are judged by it) `delta` ahead
+    of the wall clock."""
     monkeypatch.setattr("chalicelib.credentials.utcnow", lambda: utcnow() + delta)
+    monkeypatch.setattr("chalicelib.token_refresh.utcnow", lambda: utcnow() + delta)
 
 
 def _no_secret_anywhere(admin: Admin, secrets: list[str], *texts: str) -> None:
