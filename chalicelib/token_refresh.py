@@ -12,8 +12,8 @@ DynamoDB; `store/connections.py`):
         -> A holds the lease until now + A's time left + LEASE_SLACK
         |                                   call B reads v3 (expired)
         |                                   B: take_refresh IF v3 ... -> refused: A holds it
-        |  A ──rt3──> token endpoint        B waits: re-reads v3 (consistent) every 50 ms .. 0.5 s
-        |     (answers late: at4, rt4;       while the lease is held, until B's own deadline
+        |  A ──rt3──> token endpoint        B waits: reads v3 (consistent) at once, then every
+        |     (answers late: at4, rt4;       50 ms .. 0.5 s while the lease is held, until B's deadline
         |      rt3 now answers invalid_grant)
         v
     A: save_tokens  IF v3 AND (active OR needs_reconnect)  -> v4, active, lease gone
@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from chalicelib import connections, log, vendor_tokens
 from chalicelib.clock import utcnow
@@ -66,18 +66,20 @@ def refresh(connection: Connection, timeout: float) -> Credential:
     owner, seen, pause = secrets.token_hex(8), connection, FIRST_PAUSE
     while (left := deadline - time.monotonic()) > 0:
         now = utcnow()
-        if connection_store.take_refresh(seen.account_id, seen.connection_id, read_version=seen.token_version,
-                                         owner=owner, now=now, until=now + timedelta(seconds=left) + LEASE_SLACK):
+        if not _held(seen, now) and connection_store.take_refresh(
+                seen.account_id, seen.connection_id, read_version=seen.token_version, owner=owner, now=now,
+                until=now + timedelta(seconds=left) + LEASE_SLACK):
             return _as_holder(seen, owner, deadline)
-        _pause(min(pause, left))
-        pause = min(pause * 2, MAX_PAUSE)
         current = connections.usable(seen.account_id, seen.connection_id, None, consistent=True)
         if current.token_version != seen.token_version:
             if _unexpired(current):
                 return bearer_token(stored_tokens(current).access_token)
         elif current.refresh_until is None:  # given back with nothing new: its refresh failed just now
             raise TokenRefused("another call's refresh of the token failed just now")
-        seen = current  # still held, or lapsed (taken over next), or newer tokens already expired
+        seen = current  # held (waited for), lapsed (taken over), or newer tokens already expired (refreshed)
+        if _held(seen, utcnow()):
+            _pause(min(pause, max(deadline - time.monotonic(), 0)))
+            pause = min(pause * 2, MAX_PAUSE)
     raise TokenRefused("another call was refreshing the token and did not finish in time")
 
 
@@ -131,6 +133,10 @@ def _now_stored(read: Connection) -> Credential:
     if connection.token_version != read.token_version and _unexpired(connection):
         return bearer_token(stored_tokens(connection).access_token)
     raise TokenRefused("its token could not be refreshed now")
+
+
+def _held(connection: Connection, now: datetime) -> bool:
+    return connection.refresh_until is not None and connection.refresh_until >= now
 
 
 def _unexpired(connection: Connection) -> bool:

@@ -54,7 +54,7 @@ def _stored(admin: Admin, connection_id: str) -> tuple[Connection, dict[str, str
     return connection, {"access": held.access_token, "refresh": held.refresh_token}
 
 
-def _in_thread(work: Callable[[], dict[str, Any]], results: dict[str, Any], name: str) -> threading.Thread:
+def _in_thread(work: Callable[[], Any], results: dict[str, Any], name: str) -> threading.Thread:
     def run() -> None:
         results[name] = work()
 
@@ -122,6 +122,33 @@ def test_two_calls_at_expiry_send_one_refresh_and_keep_the_winners_tokens(
     assert tokens.grants() == ["authorization_code", "refresh_token"]
     assert api.received[-1]["authorization"] == f"Bearer {AT2}"
     _no_token_shown(capsys, logged, results)
+
+
+def test_two_calls_that_read_the_expired_tokens_before_either_took_the_lease_send_one_refresh(
+        admin: Admin, console: Console, tokens: TokenEndpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN two calls that read the expired tokens, both seeing no lease
+    connection = _connected(admin, console, tokens)
+    _later(monkeypatch, EXPIRED)
+    read, _ = _stored(admin, connection["id"])
+    assert read.refresh_until is None
+    tokens.hold = "refresh_token"
+    waiting = _watch_waiting(monkeypatch)
+    results: dict[str, Any] = {}
+    first = _in_thread(lambda: token_refresh.refresh(read, timeout=10), results, "first")
+    second = _in_thread(lambda: token_refresh.refresh(read, timeout=10), results, "second")
+    # WHEN the first takes the lease and asks the vendor, and the second tries to, from its read
+    first.start()
+    assert tokens.arrived.wait(10)
+    second.start()
+    assert waiting.wait(10)
+    tokens.release.set()
+    first.join(10)
+    second.join(10)
+    # THEN the store refused the second its lease: one refresh, and both carry its token
+    assert tokens.grants() == ["authorization_code", "refresh_token"]
+    assert results["first"].token == results["second"].token == AT2
+    stored, held = _stored(admin, connection["id"])
+    assert stored.status == "active" and held == {"access": AT2, "refresh": RT2}
 
 
 def test_calls_waiting_on_a_refresh_that_fails_for_now_send_none_of_their_own(
