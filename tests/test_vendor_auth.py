@@ -354,6 +354,7 @@ HOSTILE_ANSWERS = {
     "token with a newline": (200, b'{"access_token": "abc\\r\\nX-Evil: 1"}', "application/json"),
     "huge": (200, b'{"access_token": "' + b"a" * 200_000 + b'"}', "application/json"),
     "redirect": (302, b"", "text/plain"),
+    "bare 401": (401, b"Unauthorized", "text/plain"),  # a proxy's, not the endpoint's word on the client
     "echoing the secret": (500, f'{{"error": "{CLIENT_SECRET}"}}'.encode(), "application/json"),
 }
 
@@ -366,6 +367,7 @@ def test_a_token_endpoint_answering_no_token_fails_the_call_cleanly(admin: Admin
     connection = _client_credentials(admin, tokens)
     _publish(admin, api.url, connection["id"])
     tokens.scripted.append(answer)
+    tokens.location = f"{api.url}/stolen"  # where a redirect would lead
     # WHEN the tool is called THEN it fails with token_unavailable, the vendor untouched, no secret shown
     result = _run(mcp)
     error = _error(result)
