@@ -6,10 +6,10 @@ secret and a revocation move it on whatever it was), and one call at a time hold
 lease (`refresh_owner` until `refresh_until`), taken only over the version it read. The
 timeline of a refresh, and why each condition is what it is, is drawn in `token_refresh`:
 
-    take_refresh        IF version = v AND active AND (no lease OR lapsed OR mine)
-    save_tokens         IF version = v AND (active OR needs_reconnect)   -> active, lease gone
-    mark_needs_reconnect IF version = v AND active                       -> lease gone
-    release_refresh     IF the lease is mine
+    take_refresh          IF version = v AND active AND (no lease OR lapsed OR mine)
+    save_tokens           IF version = v AND (active OR needs_reconnect)  -> v + 1, active, no lease
+    mark_needs_reconnect  IF version = v AND active                       -> needs_reconnect, no lease
+    release_refresh       IF the lease is mine                            -> no lease
 """
 
 from __future__ import annotations
