@@ -1,7 +1,7 @@
 """What a call carries from its connection: the static credential (decrypted per call), or an
 OAuth token: a client-credentials token fetched and kept in the warm instance until shortly
 before it expires; an authorization-code token refreshed when it expired or the vendor answered
-401, its rotation kept under a token version (`store/connections.py`). And the console's Connect,
+401, by one call at a time (`token_refresh`, which draws the guard). And the console's Connect,
 which first obtains an authorization-code connection's tokens (state and PKCE S256).
 
 A call's credential costs one GetItem (the connection, tokens included) and one KMS Decrypt. The
@@ -15,14 +15,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import secrets
 import threading
 from collections import OrderedDict
 from datetime import datetime, timedelta
 from urllib.parse import urlencode, urlsplit
 
-from chalicelib import connections, vendor_tokens
+from chalicelib import connections, token_refresh, vendor_tokens
 from chalicelib.accounts import hash_token
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
@@ -35,10 +34,9 @@ from chalicelib.connection_auth import (
     bearer_token,
     static_credential,
 )
-from chalicelib.errors import CredentialUnavailable, InvalidInput, WorksetError
+from chalicelib.errors import InvalidInput, WorksetError
 from chalicelib.oauth import s256
 from chalicelib.store import connections as connection_store
-from chalicelib.store import vault
 from chalicelib.store.records import REVOKED, Connection
 from chalicelib.vendor_tokens import TokenRefused, Tokens
 
@@ -64,10 +62,9 @@ def credential(account_id: str, connection_id: str, url: str, *, timeout: float 
     if connection.auth_type == CLIENT_CREDENTIALS:
         return _client_token(connection, timeout)
     if connection.auth_type == AUTHORIZATION_CODE:
-        tokens = _stored_tokens(connection)
         if connection.token_expires_at is None or connection.token_expires_at - EARLY > utcnow():
-            return bearer_token(tokens.access_token)
-        return _refresh(connection, tokens, timeout)
+            return bearer_token(token_refresh.stored_tokens(connection).access_token)
+        return token_refresh.refresh(connection, timeout)
     found = static_credential(connection.auth_type, connection.header_name, connection.query_name,
                               connections.secret(connection))
     if found.header and not HEADER_SAFE.fullmatch(found.value):
@@ -77,7 +74,7 @@ def credential(account_id: str, connection_id: str, url: str, *, timeout: float 
 
 def renew(account_id: str, connection_id: str, url: str, stale: Credential, *, timeout: float) -> Credential:
     """A new token after the vendor refused `stale` with a 401 (another call's newer token if
-    there is one); raises as `credential` does, ConnectionNeedsReconnect when a refresh fails."""
+    there is one); raises as `credential` does."""
     connection = connections.usable(account_id, connection_id, url)
     if connection.auth_type == CLIENT_CREDENTIALS:
         with _lock:
@@ -86,10 +83,10 @@ def renew(account_id: str, connection_id: str, url: str, stale: Credential, *, t
                 del _cache[_cache_key(connection)]
         return _client_token(connection, timeout)
     if connection.auth_type == AUTHORIZATION_CODE:
-        tokens = _stored_tokens(connection)
+        tokens = token_refresh.stored_tokens(connection)
         if tokens.access_token != stale.token:
             return bearer_token(tokens.access_token)
-        return _refresh(connection, tokens, timeout)
+        return token_refresh.refresh(connection, timeout)
     return stale
 
 
@@ -138,7 +135,7 @@ def complete_authorization(account_id: str, session: str, state: str, *, code: s
     except WorksetError as failed:
         raise InvalidInput(f"the authorization could not be completed: {_reason(failed)}; nothing was changed") \
             from None
-    connection_store.connect(account_id, connection_id, token_ciphertext=_seal(connection, tokens),
+    connection_store.connect(account_id, connection_id, token_ciphertext=token_refresh.seal(connection, tokens),
                              expires_at=tokens.expires_at, now=now)
     return connections.get(account_id, connection_id)
 
@@ -182,52 +179,6 @@ def _client_token(connection: Connection, timeout: float) -> Credential:
 def _cache_key(connection: Connection) -> tuple[str, str, int]:
     # a new secret moves the revision on: a token of the old one is never used again
     return (connection.account_id, connection.connection_id, connection.revision)
-
-
-def _refresh(connection: Connection, tokens: Tokens, timeout: float) -> Credential:
-    """Refresh an authorization-code connection's tokens and keep them, unless another call did
-    first (then its tokens are used). A refresh that fails marks the connection needs_reconnect."""
-    assert connection.oauth is not None
-    account_id, connection_id = connection.account_id, connection.connection_id
-    try:
-        if not tokens.refresh_token:
-            raise TokenRefused("the access token expired and the vendor gave no refresh token", definitive=True)
-        fresh = vendor_tokens.refresh(connection.oauth, connections.secret(connection), tokens.refresh_token,
-                                      timeout=timeout, now=utcnow())
-    except WorksetError as failed:
-        if isinstance(failed, CredentialUnavailable):
-            raise  # KMS failing now says nothing of the grant
-        reason = _reason(failed)
-        if connection_store.mark_needs_reconnect(account_id, connection_id, reason=reason,
-                                                 read_version=connection.token_version):
-            raise connections.needs_reconnect(connection_id, reason) from None
-        return _newer(connection)
-    if connection_store.save_tokens(account_id, connection_id, token_ciphertext=_seal(connection, fresh),
-                                    expires_at=fresh.expires_at, read_version=connection.token_version):
-        return bearer_token(fresh.access_token)
-    return _newer(connection)
-
-
-def _newer(read: Connection) -> Credential:
-    """Another call changed the tokens since `read` was read: its tokens, if they are usable."""
-    connection = connections.usable(read.account_id, read.connection_id, None, consistent=True)
-    newer = connection.auth_type == AUTHORIZATION_CODE and connection.token_version > read.token_version
-    if newer and (connection.token_expires_at is None or connection.token_expires_at > utcnow()):
-        return bearer_token(_stored_tokens(connection).access_token)
-    raise connections.needs_reconnect(read.connection_id, "its token could not be refreshed")
-
-
-def _stored_tokens(connection: Connection) -> Tokens:
-    if not connection.token_ciphertext:
-        raise connections.needs_reconnect(connection.connection_id, "no person has connected it yet")
-    held = json.loads(connections.decrypt(connection, connection.token_ciphertext, purpose="tokens"))
-    return Tokens(held["access_token"], held.get("refresh_token"), connection.token_expires_at)
-
-
-def _seal(connection: Connection, tokens: Tokens) -> bytes:
-    plain = json.dumps({"access_token": tokens.access_token, "refresh_token": tokens.refresh_token})
-    return vault.encrypt(plain, account_id=connection.account_id, connection_id=connection.connection_id,
-                         purpose="tokens")
 
 
 def _reason(error: WorksetError) -> str:

@@ -10,6 +10,8 @@ the endpoint's text, which could echo what it was sent).
 from __future__ import annotations
 
 import base64
+import json
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -110,7 +112,9 @@ def _tokens(response: outbound.HttpResponse, host: str, now: datetime) -> Tokens
     if not 200 <= response.status < 300:
         error = payload.get("error") if isinstance(payload, dict) else None
         code = error if error in KNOWN_ERRORS else None
-        definitive = response.status == 401 or (response.status in (400, 401) and code in REJECTIONS)
+        # only the endpoint's own word that the client or grant is refused needs a person: a bare
+        # 401 or 400 (a proxy, a gateway, a vendor's outage page) is a failure for now
+        definitive = response.status in (400, 401) and code in REJECTIONS
         said = f" ({code})" if code else ""
         raise TokenRefused(f"{where} answered HTTP {response.status}{said}", definitive=definitive)
     if not isinstance(payload, dict):
@@ -128,8 +132,22 @@ def _tokens(response: outbound.HttpResponse, host: str, now: datetime) -> Tokens
 def _json(body: bytes) -> Any:
     try:
         return jsontext.loads(body)
-    except (jsontext.JsonRefused, UnicodeDecodeError, ValueError):
+    except jsontext.JsonRefused as refused:
+        if refused.kind != "number":
+            return None
+    except (UnicodeDecodeError, ValueError):
         return None
+    # an absurd number (1e999, an integer of 5,000 digits) is read, not refused: an answer that
+    # rotated the refresh token and is thrown away loses the grant. Only `expires_in` is a number
+    # we read, and `_expiry` holds it to MAX_LIFETIME.
+    try:
+        return json.loads(body, parse_int=_int)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+
+
+def _int(text: str) -> float:
+    return int(text) if len(text) <= 18 else math.inf
 
 
 def _token(value: Any) -> bool:
@@ -140,7 +158,7 @@ def _expiry(expires_in: Any, now: datetime) -> datetime | None:
     """When the token expires: `expires_in` seconds from now, held to MAX_LIFETIME; None when the
     answer did not say (or said something that is not a positive number)."""
     if isinstance(expires_in, str) and expires_in.isascii() and expires_in.isdigit():
-        expires_in = int(expires_in)  # some endpoints send it as a string
+        expires_in = _int(expires_in)  # some endpoints send it as a string
     if isinstance(expires_in, bool) or not isinstance(expires_in, int | float) or not expires_in > 0:
         return None
     return now + min(timedelta(seconds=min(float(expires_in), MAX_LIFETIME.total_seconds())), MAX_LIFETIME)

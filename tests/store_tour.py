@@ -294,6 +294,12 @@ def exercise_store() -> set[str]:
     tokens = run(vault.encrypt, "{}", account_id="acct", connection_id="cn1", purpose="tokens")
     assert run(connections.connect, "acct", "cn1", token_ciphertext=tokens, expires_at=now, now=now) is True
     read = connections.get("acct", "cn1").token_version
+    # One call at a time holds the refresh lease; a lapsed one is taken over.
+    assert run(connections.take_refresh, "acct", "cn1", read_version=read, owner="o1", now=now,
+               until=now + timedelta(seconds=15)) is True
+    assert connections.take_refresh("acct", "cn1", read_version=read, owner="o2", now=now, until=now) is False
+    assert run(connections.release_refresh, "acct", "cn1", owner="o1") is True
+    assert connections.release_refresh("acct", "cn1", owner="o1") is False
     assert run(connections.save_tokens, "acct", "cn1", token_ciphertext=tokens, expires_at=None,
                read_version=read) is True
     assert connections.save_tokens("acct", "cn1", token_ciphertext=tokens, expires_at=None, read_version=read) is False

@@ -33,10 +33,13 @@ QUERY_KEY = "qk secret/+&=value-0123456789"  # needs URL encoding in every form
 # --- fake servers ---------------------------------------------------------------------------------
 
 
-def _reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, kind: str = "application/json") -> None:
-    """Answer a fake server's request with `body`."""
+def _reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, kind: str = "application/json",
+           location: str | None = None) -> None:
+    """Answer a fake server's request with `body` (and a `Location`, for a redirect)."""
     handler.send_response(status)
     handler.send_header("Content-Type", kind)
+    if location is not None:
+        handler.send_header("Location", location)
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
@@ -45,7 +48,9 @@ def _reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, kind: str 
 @dataclass
 class TokenEndpoint:
     """An OAuth token endpoint on 127.0.0.1: issues numbered tokens, rotates refresh tokens
-    strictly (each works once), and answers whatever `scripted` holds first, if anything."""
+    strictly (each works once, from the moment it is received), and answers whatever `scripted`
+    holds first, if anything. `hold` (a grant type): the first request of that grant is answered
+    only once `release` is set (`arrived` is set when it comes)."""
 
     url: str = ""
     received: list[dict[str, Any]] = field(default_factory=list)
@@ -56,6 +61,9 @@ class TokenEndpoint:
     strict_rotation: bool = True
     release: threading.Event = field(default_factory=threading.Event)
     delay: float = 0.0
+    hold: str | None = None
+    arrived: threading.Event = field(default_factory=threading.Event)
+    location: str | None = None  # sent with a 3xx answer
 
     def answer(self, form: dict[str, str]) -> tuple[int, bytes, str]:
         if self.scripted:
@@ -81,8 +89,8 @@ class TokenEndpoint:
         return [request["form"].get("grant_type", "") for request in self.received]
 
 
-@pytest.fixture
-def tokens() -> Iterator[TokenEndpoint]:
+@pytest.fixture(name="tokens")
+def tokens_fixture() -> Iterator[TokenEndpoint]:
     state = TokenEndpoint()
 
     class Handler(BaseHTTPRequestHandler):
@@ -90,9 +98,14 @@ def tokens() -> Iterator[TokenEndpoint]:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             form = {name: values[0] for name, values in parse_qs(raw.decode()).items()}
             state.received.append({"path": self.path, "headers": dict(self.headers), "form": form})
-            if state.delay:
+            answer = state.answer(form)  # a vendor rotates on receipt, however late it answers
+            if state.hold is not None and form.get("grant_type") == state.hold:
+                state.hold = None
+                state.arrived.set()
+                state.release.wait(30)
+            elif state.delay:
                 state.release.wait(state.delay)
-            _reply(self, *state.answer(form))
+            _reply(self, *answer, location=state.location if 300 <= answer[0] < 400 else None)
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -114,8 +127,8 @@ class Api:
     refuse_all: bool = False
 
 
-@pytest.fixture
-def api() -> Iterator[Api]:
+@pytest.fixture(name="api")
+def api_fixture() -> Iterator[Api]:
     state = Api()
 
     class Handler(BaseHTTPRequestHandler):
@@ -176,8 +189,10 @@ def _connection(admin: Admin, connection_id: str) -> dict[str, Any]:
 
 
 def _later(monkeypatch: pytest.MonkeyPatch, delta: timedelta) -> None:
-    """Move the connections' clock (token expiry is judged by it) `delta` ahead of the wall clock."""
+    """Move the connections' clock (token expiry and refresh leases are judged by it) `delta` ahead
+    of the wall clock."""
     monkeypatch.setattr("chalicelib.credentials.utcnow", lambda: utcnow() + delta)
+    monkeypatch.setattr("chalicelib.token_refresh.utcnow", lambda: utcnow() + delta)
 
 
 def _no_secret_anywhere(admin: Admin, secrets: list[str], *texts: str) -> None:
@@ -339,6 +354,7 @@ HOSTILE_ANSWERS = {
     "token with a newline": (200, b'{"access_token": "abc\\r\\nX-Evil: 1"}', "application/json"),
     "huge": (200, b'{"access_token": "' + b"a" * 200_000 + b'"}', "application/json"),
     "redirect": (302, b"", "text/plain"),
+    "bare 401": (401, b"Unauthorized", "text/plain"),  # a proxy's, not the endpoint's word on the client
     "echoing the secret": (500, f'{{"error": "{CLIENT_SECRET}"}}'.encode(), "application/json"),
 }
 
@@ -351,6 +367,7 @@ def test_a_token_endpoint_answering_no_token_fails_the_call_cleanly(admin: Admin
     connection = _client_credentials(admin, tokens)
     _publish(admin, api.url, connection["id"])
     tokens.scripted.append(answer)
+    tokens.location = f"{api.url}/stolen"  # where a redirect would lead
     # WHEN the tool is called THEN it fails with token_unavailable, the vendor untouched, no secret shown
     result = _run(mcp)
     error = _error(result)
@@ -540,10 +557,9 @@ def test_a_vendor_401_refreshes_an_authorization_code_token_once(admin: Admin, c
 
 
 @pytest.mark.parametrize("strict", [True, False], ids=["strict rotation", "lenient rotation"])
-def test_a_refresh_that_lost_the_race_uses_the_winners_tokens(admin: Admin, console: Console,
-                                                              tokens: TokenEndpoint, strict: bool,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib import credentials
+def test_a_call_that_read_the_tokens_before_another_refreshed_uses_the_new_ones(
+        admin: Admin, console: Console, tokens: TokenEndpoint, strict: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib import credentials, token_refresh
     from chalicelib.store import connections as connection_store
 
     # GIVEN two calls that both read the expired tokens (version v) before either refreshed
@@ -553,15 +569,15 @@ def test_a_refresh_that_lost_the_race_uses_the_winners_tokens(admin: Admin, cons
     _later(monkeypatch, timedelta(hours=2))
     stale = connection_store.get(account, connection["id"])
     assert stale is not None
-    held = credentials._stored_tokens(stale)
-    # WHEN the first refreshes and the second refreshes from the same read
+    # WHEN the first refreshes, and then the second, from its older read
     winner = credentials.credential(account, connection["id"], "https://api.acme.test/x", timeout=5)
-    loser = credentials._refresh(stale, held, timeout=5)
-    # THEN the second does not overwrite the first's rotated tokens, nor mark the connection: it uses them
+    loser = token_refresh.refresh(stale, timeout=5)
+    # THEN the second sent no refresh of its own, and neither overwrote nor marked: it uses the first's
+    assert tokens.grants() == ["authorization_code", "refresh_token"]
     assert loser.token == winner.token
     now = connection_store.get(account, connection["id"])
     assert now is not None and now.status == "active" and now.token_version == stale.token_version + 1
-    assert credentials._stored_tokens(now).refresh_token == f"rt-2-{'y' * 12}"
+    assert token_refresh.stored_tokens(now).refresh_token == f"rt-2-{'y' * 12}"
 
 
 def test_a_revoked_refresh_token_needs_a_reconnect_and_connect_again_fixes_it(
@@ -592,21 +608,6 @@ def test_a_revoked_refresh_token_needs_a_reconnect_and_connect_again_fixes_it(
     # THEN calls work again with the same tool version
     assert _run(mcp)["isError"] is False
     assert [v["version"] for v in admin.call("GET", "/v1/tools/acme/orders").json_body["versions"]] == [1]
-
-
-@pytest.mark.parametrize("answer", [
-    (500, b"oops", "text/plain"), (200, b"<html></html>", "text/html"), (200, b'{"token_type": "bearer"}',
-                                                                       "application/json")],
-    ids=["500", "html", "no access token"])
-def test_any_failed_refresh_needs_a_reconnect(admin: Admin, console: Console, mcp: Mcp, api: Api,
-                                              tokens: TokenEndpoint, monkeypatch: pytest.MonkeyPatch,
-                                              answer: tuple[int, bytes, str]) -> None:
-    connection = _connected(admin, console, tokens)
-    _publish(admin, api.url, connection["id"])
-    tokens.scripted.append(answer)
-    _later(monkeypatch, timedelta(hours=2))
-    assert _error(_run(mcp))["code"] == "connection_needs_reconnect"
-    assert api.received == []
 
 
 # --- reconnecting in place -------------------------------------------------------------------------

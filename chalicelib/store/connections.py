@@ -1,12 +1,15 @@
 """Connections: vendor credentials, stored as KMS ciphertext bound to their account and id.
 
 An authorization-code connection's tokens change under concurrent calls (refresh tokens rotate),
-so every token write is conditioned on the `token_version` it read (or, from a callback, moves it
-on whatever it was): of two refreshes of the same tokens only the first is kept, and a refresh
-never writes over tokens newer than the ones it started from.
+so every token write is conditioned on the `token_version` it read (a person's connect, a new
+secret and a revocation move it on whatever it was), and one call at a time holds the refresh
+lease (`refresh_owner` until `refresh_until`), taken only over the version it read. The
+timeline of a refresh, and why each condition is what it is, is drawn in `token_refresh`:
 
-    call A reads v3 ──refresh──> tokens' ──save if v3──> v4  (kept)
-    call B reads v3 ──refresh──> tokens'' ──save if v3──> refused: B reads v4 and uses it
+    take_refresh          IF version = v AND active AND (no lease OR lapsed OR mine)
+    save_tokens           IF version = v AND (active OR needs_reconnect)  -> v + 1, active, no lease
+    mark_needs_reconnect  IF version = v AND active                       -> needs_reconnect, no lease
+    release_refresh       IF the lease is mine                            -> no lease
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from chalicelib.store.records import (
     Connection,
     Page,
 )
+
+_NO_LEASE = (ConnectionItem.refresh_owner.remove(), ConnectionItem.refresh_until.remove())
 
 
 def put(connection: Connection) -> None:
@@ -61,7 +66,7 @@ def revoke(account_id: str, connection_id: str, now: datetime) -> bool:
         ConnectionItem(account_id=account_id, connection_id=connection_id),
         [ConnectionItem.status.set(REVOKED), ConnectionItem.revoked_at.set(now),
          ConnectionItem.token_ciphertext.remove(), ConnectionItem.token_expires_at.remove(),
-         ConnectionItem.token_version.add(1), ConnectionItem.auth_state.remove()],
+         ConnectionItem.token_version.add(1), ConnectionItem.auth_state.remove(), *_NO_LEASE],
         ConnectionItem.connection_id.exists() & (ConnectionItem.status != REVOKED),
     )
 
@@ -76,6 +81,7 @@ def replace_secret(account_id: str, connection_id: str, *, auth_type: str, ciphe
         ConnectionItem.revision.add(1), ConnectionItem.token_version.add(1),
         ConnectionItem.token_ciphertext.remove(), ConnectionItem.token_expires_at.remove(),
         ConnectionItem.revoked_at.remove(), ConnectionItem.status_reason.remove(), ConnectionItem.auth_state.remove(),
+        *_NO_LEASE,
     ]
     actions.append(ConnectionItem.oauth.set(oauth) if oauth is not None else ConnectionItem.oauth.remove())
     if status == ACTIVE:
@@ -115,37 +121,59 @@ def connect(account_id: str, connection_id: str, *, token_ciphertext: bytes, exp
     actions: list[Any] = [
         ConnectionItem.token_ciphertext.set(token_ciphertext), ConnectionItem.token_version.add(1),
         ConnectionItem.status.set(ACTIVE), ConnectionItem.status_reason.remove(), ConnectionItem.revoked_at.remove(),
-        ConnectionItem.connected_at.set(now),
+        ConnectionItem.connected_at.set(now), *_NO_LEASE,
         ConnectionItem.token_expires_at.set(expires_at) if expires_at else ConnectionItem.token_expires_at.remove(),
     ]
     return update_if(ConnectionItem(account_id=account_id, connection_id=connection_id), actions,
                      ConnectionItem.connection_id.exists())
 
 
+def take_refresh(account_id: str, connection_id: str, *, read_version: int, owner: str, now: datetime,
+                 until: datetime) -> bool:
+    """Take the refresh lease of an active connection's tokens of `read_version` until `until`:
+    False when another call holds an unlapsed lease, or the tokens or status moved on since they
+    were read. Taking it again as the same `owner` succeeds (a retried write whose answer was lost)."""
+    free = (ConnectionItem.refresh_until.does_not_exist() | (ConnectionItem.refresh_until < now)
+            | (ConnectionItem.refresh_owner == owner))
+    return update_if(ConnectionItem(account_id=account_id, connection_id=connection_id),
+                     [ConnectionItem.refresh_owner.set(owner), ConnectionItem.refresh_until.set(until)],
+                     _at_version(read_version) & (ConnectionItem.status == ACTIVE) & free)
+
+
+def release_refresh(account_id: str, connection_id: str, *, owner: str) -> bool:
+    """Give the refresh lease back (its refresh failed for now); False when it is not `owner`'s any more."""
+    return update_if(ConnectionItem(account_id=account_id, connection_id=connection_id), list(_NO_LEASE),
+                     ConnectionItem.refresh_owner == owner)
+
+
 def save_tokens(account_id: str, connection_id: str, *, token_ciphertext: bytes, expires_at: datetime | None,
                 read_version: int) -> bool:
-    """Store refreshed tokens over the version they were refreshed from, while the connection is
-    active; False when another refresh (or a revocation, or a reconnect) came first."""
+    """Store refreshed tokens over the version they were refreshed from: the connection is active
+    and the lease free. Over `needs_reconnect` too: at the same version that mark can only be a
+    rotation race (the vendor took this refresh token, so the grant stands). False when a
+    revocation, a new secret or a person's connect (each moves the version on) came first."""
     actions: list[Any] = [
         ConnectionItem.token_ciphertext.set(token_ciphertext), ConnectionItem.token_version.set(read_version + 1),
         ConnectionItem.token_expires_at.set(expires_at) if expires_at else ConnectionItem.token_expires_at.remove(),
+        ConnectionItem.status.set(ACTIVE), ConnectionItem.status_reason.remove(), *_NO_LEASE,
     ]
     return update_if(ConnectionItem(account_id=account_id, connection_id=connection_id), actions,
-                     _at_version(read_version) & (ConnectionItem.status == ACTIVE))
+                     _at_version(read_version) & ConnectionItem.status.is_in(ACTIVE, NEEDS_RECONNECT))
 
 
 def mark_needs_reconnect(account_id: str, connection_id: str, *, reason: str, read_version: int | None = None,
                          revision: int | None = None) -> bool:
     """An active connection whose credential the vendor no longer takes needs a person; only if
-    nothing changed since it was read (another refresh, a new secret): False otherwise."""
+    nothing changed since it was read (the tokens of `read_version` still current, the secret of
+    `revision`): False otherwise."""
     condition = ConnectionItem.status == ACTIVE
     if read_version is not None:
         condition = condition & _at_version(read_version)
     if revision is not None:
         condition = condition & _at_revision(revision)
     return update_if(ConnectionItem(account_id=account_id, connection_id=connection_id),
-                     [ConnectionItem.status.set(NEEDS_RECONNECT), ConnectionItem.status_reason.set(reason[:200])],
-                     condition)
+                     [ConnectionItem.status.set(NEEDS_RECONNECT), ConnectionItem.status_reason.set(reason[:200]),
+                      *_NO_LEASE], condition)
 
 
 def recent_calls(account_id: str, connection_id: str, *, limit: int, cursor: str | None = None) -> Page:
@@ -179,5 +207,5 @@ def _record(item: ConnectionItem) -> Connection:
         ciphertext=bytes(item.ciphertext), query_name=item.query_name or "", oauth=item.oauth,
         revision=int(item.revision or 0), token_ciphertext=bytes(item.token_ciphertext or b""),
         token_expires_at=item.token_expires_at, token_version=int(item.token_version or 0),
-        status_reason=item.status_reason, connected_at=item.connected_at,
+        status_reason=item.status_reason, connected_at=item.connected_at, refresh_until=item.refresh_until,
     )

@@ -589,6 +589,8 @@ class ConnectionItem(Model):
     auth_state = UnicodeAttribute(null=True)  # SHA-256 of the pending authorization's state
     auth_session = UnicodeAttribute(null=True)  # SHA-256 of the console session that started it
     auth_expires_at = UTCDateTimeAttribute(null=True)
+    refresh_owner = UnicodeAttribute(null=True)  # the call refreshing the tokens now (`credentials` lease)
+    refresh_until = UTCDateTimeAttribute(null=True)  # when that lease lapses (a crashed holder's included)
 
 
 TABLES: tuple[type[Model], ...] = (

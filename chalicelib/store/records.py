@@ -293,6 +293,7 @@ class Connection:
     token_version: int = 0  # moves on with every token change; a refresh writes only over the version it read
     status_reason: str | None = None  # why it needs a reconnect (Workset's words, never the vendor's)
     connected_at: datetime | None = None
+    refresh_until: datetime | None = None  # a call holds the refresh lease until then (`token_refresh`)
 
 
 @dataclass(frozen=True)
