@@ -19,6 +19,7 @@ from chalicelib import connections, mcpclient, workingset
 from chalicelib.causes import Cause
 from chalicelib.clock import utcnow
 from chalicelib.errors import PinLimit
+from chalicelib.store import tools as tool_store
 from chalicelib.store.models import AGENT_SK, AgentSettingsItem
 from tests.books import agent_state, sweep_at
 from tests.conftest import Admin, Console, Mcp, Vendor, serving
@@ -291,6 +292,31 @@ def test_pins_are_in_history_with_their_actor(admin: Admin, console: Console, ve
 
 
 
+def test_a_tool_whose_connection_was_revoked_cannot_be_promoted_or_pinned_again(admin: Admin, vendor: Vendor,
+                                                                                 agent: dict[str, Any],
+                                                                                 mcp: Mcp) -> None:
+    # GIVEN a pinned tool whose connection a person revokes (the revocation demotes it, pin and all)
+    publish(admin, vendor, "orders", connection=connection(admin, vendor))
+    mcp.call("promote", {**ref("orders"), "pinned": True})
+    connection_id = admin.call("GET", "/v1/connections").json_body["items"][0]["id"]
+    assert admin.call("POST", f"/v1/connections/{connection_id}/revoke").status_code == 200
+    assert working_set(admin, agent["id"]) == {}
+    history = events(admin, agent["id"])
+    # WHEN the agent promotes it again pinned, or plainly, and a person promotes it for the agent
+    again = [mcp.call("promote", {**ref("orders"), "pinned": True}), mcp.call("promote", ref("orders"))]
+    by_person = admin.call("POST", f"/v1/agents/{agent['id']}/working-set", ref("orders"))
+    # THEN each is refused as connection_revoked: the revocation's demotion stands, no pin, no event
+    assert [error_of(answer)["code"] for answer in again] == ["connection_revoked", "connection_revoked"]
+    assert (by_person.status_code, by_person.json_body["error"]["code"]) == (409, "connection_revoked")
+    assert working_set(admin, agent["id"]) == {} and events(admin, agent["id"]) == history
+    assert books(admin, agent["id"]) == ([], 0, 0)
+    # AND once a person gives the connection a new secret, the tool promotes and pins again
+    replaced = admin.call("PUT", f"/v1/connections/{connection_id}/auth",
+                          {"auth": {"type": "bearer", "token": "sk_live_new_0123456789"}})
+    assert replaced.status_code == 200, replaced.body
+    assert mcp.call("promote", {**ref("orders"), "pinned": True})["structuredContent"]["pinned"] is True
+
+
 def test_a_promoted_tool_whose_connection_is_revoked_cannot_be_pinned_to_outlive_it(
         admin: Admin, vendor: Vendor, agent: dict[str, Any], mcp: Mcp) -> None:
     # GIVEN a promoted tool whose connection is revoked, and no sweep yet to demote it
@@ -298,18 +324,40 @@ def test_a_promoted_tool_whose_connection_is_revoked_cannot_be_pinned_to_outlive
     promote(mcp, "orders")
     connection_id = admin.call("GET", "/v1/connections").json_body["items"][0]["id"]
     connections.revoke(agent_state(agent["id"]).agent.account_id, connection_id, utcnow())
-    # WHEN the agent pins it before the sweep comes
-    answer = mcp.call("pin", ref("orders"))
-    # THEN the pin is refused (or kept due): either way the next sweep demotes it for its connection
-    if not answer["isError"]:
-        assert agent_state(agent["id"]).promotion("shop", "orders").due_cause == "connection_revoked"
-    else:
-        assert error_of(answer)["code"] == "connection_revoked"
+    # WHEN the agent pins it before the sweep comes, and a person pins it
+    by_agent = mcp.call("pin", ref("orders"))
+    by_person = admin.call("PUT", f"/v1/agents/{agent['id']}/pins/shop/orders")
+    # THEN both are refused, and the next sweep demotes it for its connection
+    assert error_of(by_agent)["code"] == "connection_revoked"
+    assert (by_person.status_code, by_person.json_body["error"]["code"]) == (409, "connection_revoked")
     report = sweep_at(admin, utcnow() + timedelta(minutes=5))
     assert [(d["name"], d["cause"]) for d in report["demoted"]] == [("orders", "connection_revoked")]
     assert books(admin, agent["id"]) == ([], 0, 0)
 
 
+
+
+def test_a_tool_its_source_withdrew_cannot_be_pinned(admin: Admin, vendor: Vendor, agent: dict[str, Any],
+                                                     mcp: Mcp) -> None:
+    # GIVEN a promoted tool its source then withdrew (an import or an MCP server no longer offers it)
+    publish(admin, vendor, "orders", "kept")
+    promote(mcp, "orders")
+    mcp.call("promote", {**ref("kept"), "pinned": True})
+    account_id = agent_state(agent["id"]).agent.account_id
+    tool_store.set_unavailable(account_id, [tool_store.get_head(account_id, "shop", name) for name in
+                                            ("orders", "kept")], "the source no longer offers it")
+    history = events(admin, agent["id"])
+    # WHEN the agent pins it, and a person pins it
+    by_agent = mcp.call("pin", ref("orders"))
+    by_person = admin.call("PUT", f"/v1/agents/{agent['id']}/pins/shop/orders")
+    # THEN both are refused as tool_unavailable and nothing changed
+    assert error_of(by_agent)["code"] == "tool_unavailable"
+    assert (by_person.status_code, by_person.json_body["error"]["code"]) == (410, "tool_unavailable")
+    assert events(admin, agent["id"]) == history and books(admin, agent["id"]) == (["kept"], 1, 2)
+    # AND a pin made before the withdrawal stays (the tool comes back if the source restores it),
+    # while unpinning it still works
+    assert mcp.call("unpin", ref("kept"))["structuredContent"]["pinned"] is False
+    assert books(admin, agent["id"]) == ([], 0, 2)
 
 
 # --- scopes: what a person may store --------------------------------------------------------------
