@@ -507,6 +507,27 @@ def test_a_waiting_run_of_a_connection_taken_out_of_scope_is_not_run_by_the_cons
 
 
 
+@pytest.mark.parametrize("with_connection", [True, False])
+def test_a_waiting_run_of_an_agent_revoked_meanwhile_is_not_run(admin: Admin, vendor: Vendor, agent: dict[str, Any],
+                                                                mcp: Mcp, with_connection: bool) -> None:
+    # GIVEN a write waiting for a person (carrying a connection's credential, or keyless), then the
+    # agent is revoked
+    extra = {"connection": connection(admin, vendor)} if with_connection else {}
+    admin.publish(vendor="shop", name="refund", description="Refund an order.", annotations={"destructiveHint": True},
+                  input_schema={"type": "object"}, request={"method": "POST", "url": f"{vendor.url}/refund"},
+                  **extra)
+    run_id = mcp.call("run_tool", ref("refund"))["structuredContent"]["run_id"]
+    assert admin.call("POST", f"/v1/agents/{agent['id']}/revoke").status_code == 200
+    # WHEN a person approves it (the approvals list still shows it)
+    answer = admin.call("POST", f"/v1/approvals/{run_id}/approve")
+    # THEN it ends failed, agent_revoked: the vendor saw nothing, and no lease is left
+    assert answer.status_code == 200, answer.body
+    assert answer.json_body["status"] == "failed"
+    assert answer.json_body["error"]["error"]["code"] == "agent_revoked"
+    assert vendor.received == []
+    assert agent_state(agent["id"]).leases == {}
+
+
 # --- scopes: an MCP server's tools ----------------------------------------------------------------
 
 @pytest.fixture
