@@ -158,7 +158,7 @@ def test_an_unpin_racing_a_demotion_leaves_the_books_agreeing(admin: Admin, vend
 
 def test_an_unpinned_tool_is_back_in_the_due_index_and_a_pinned_one_is_not(admin: Admin, vendor: Vendor,
                                                                            agent: dict[str, Any], mcp: Mcp) -> None:
-    # GIVEN a tool used, pinned, used again through a read made before the pin (the use raced it)
+    # GIVEN a promoted tool, pinned
     publish(admin, vendor, "a")
     promote(mcp, "a")
     mcp.call("pin", ref("a"))
