@@ -204,6 +204,17 @@ def usable(account_id: str, connection_id: str, url: str | None, *, consistent: 
     return connection
 
 
+def check_not_revoked(account_id: str, connection_id: str) -> None:
+    """Refuse (ConnectionRevoked) a connection a person revoked: a tool that uses it is neither
+    promoted nor pinned, so the revocation's demotion is not undone by the next promote. One that
+    needs reconnecting passes (a person mends it where it is), and so does a revoked one once a
+    person gives it a new secret."""
+    connection = connection_store.get(account_id, connection_id)
+    if connection is None or connection.status == REVOKED:
+        raise ConnectionRevoked(f"connection {connection_id} was revoked, so a tool that uses it is not promoted "
+                                "or pinned until a person gives the connection a new secret")
+
+
 def needs_reconnect(connection_id: str, reason: str) -> ConnectionNeedsReconnect:
     """The error of a connection a person must reconnect, naming where."""
     return ConnectionNeedsReconnect(f"connection {connection_id} needs a person to reconnect it ({reason}); "

@@ -140,6 +140,13 @@ class ConnectionNotInScope(Forbidden):
     code = "connection_not_in_scope"
 
 
+class AgentRevoked(Forbidden):
+    """A person revoked the agent: nothing it asked for runs any more, even a call that was
+    waiting on a person when it was revoked."""
+
+    code = "agent_revoked"
+
+
 class HostNotAllowed(Forbidden):
     """An agent-authored tool targets a host no person allowed (a connection's hosts, or the
     account's keyless allow list)."""

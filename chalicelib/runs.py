@@ -30,6 +30,7 @@ from chalicelib.config import settings
 from chalicelib.connection_auth import Credential
 from chalicelib.definitions import Tool
 from chalicelib.errors import (
+    AgentRevoked,
     Conflict,
     ConnectionNotInScope,
     InternalError,
@@ -210,13 +211,13 @@ def approval_url(run_id: str) -> str:
 def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
     """Send (or preview) the run's request and record how it ended; never raises: whatever goes
     wrong, the run ends and its lease is released. A run that `waited` on a person is checked
-    again first: its wait may outlive the agent's connection scope or the host allow list it was
-    called under (a run that did not wait was checked by `call` a moment ago)."""
+    again first: its wait may outlive the agent itself (revoked), its connection scope or the host
+    allow list it was called under (a run that did not wait was checked by `call` a moment ago)."""
     started, vendor_ms, sent = time.perf_counter(), None, False
     try:
         if waited:  # the tool as it stands now: its source may have withdrawn it meanwhile
             toolbox.resolve(run.account_id, run.vendor, run.name).check_available()
-            _check_scope(agent_store.load_state(run.agent_id), tool)
+            _check_scope(_live_agent(run.agent_id), tool)
             toolbox.check_reach(run.account_id, tool)
         sent = not (run.dry_run and tool.spec.writes)  # a preview of a write reaches no vendor
         deadline = _deadline(run)
@@ -316,6 +317,15 @@ def _check_call(state: AgentState, tool: Tool, arguments: dict[str, Any]) -> Non
     vendor.check_arguments(tool, arguments)
     _check_scope(state, tool)
     toolbox.check_reach(state.agent.account_id, tool)
+
+
+def _live_agent(agent_id: str) -> AgentState | None:
+    """The agent as it stands now; a revoked one is refused (AgentRevoked): revoking an agent stops
+    the calls it left waiting on a person too."""
+    state = agent_store.load_state(agent_id)
+    if state is not None and state.agent.revoked:
+        raise AgentRevoked(f"agent {agent_id} was revoked while its call waited; nothing was sent")
+    return state
 
 
 def _check_scope(state: AgentState | None, tool: Tool) -> None:

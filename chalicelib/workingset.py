@@ -9,7 +9,8 @@ pinned (so an agent with cap 1 may pin its one tool); past that, pinning is refu
 are refused until the count is under the new limit, and the cap's candidates are only the
 unpinned tools, so the set may stay above the cap, as an all-used set does. Pinning a tool that is
 not promoted is refused with `not_promoted` (`promote` with `pinned: true` promotes and pins in
-one transaction). Demoting a pinned tool explicitly (the agent, the console, the admin API) takes
+one transaction), and so is a tool no call could run (`tool_unavailable`: its source withdrew it;
+`connection_revoked`: a person revoked its connection), which is not promoted either. Demoting a pinned tool explicitly (the agent, the console, the admin API) takes
 the pin with it: the demotion's transaction moves the pin count back. A revoked connection still
 demotes a pinned tool (it could not be called any more). Unpinning puts the tool back under the
 idle rule at its idle deadline (last use, or promotion, plus the window), as if never pinned.
@@ -23,7 +24,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from chalicelib import log, notify, toolbox
+from chalicelib import connections, log, notify, toolbox
 from chalicelib.causes import PROMOTION_CAUSES, Action, Cause, PromotedBy
 from chalicelib.definitions import Tool
 from chalicelib.errors import Busy, NotPromoted, PinLimit
@@ -121,7 +122,8 @@ def wait_for_change(state: AgentState, *, hold_seconds: float) -> bool:
 def promote(state: AgentState, vendor: str, name: str, *, by: PromotedBy, actor: str, now: datetime,
             tool: Tool | None = None, pinned: bool = False) -> Change:
     """Put a tool in the working set; promoting a promoted tool changes nothing; a tool its source
-    no longer offers is refused (ToolUnavailable). With `pinned`, the tool is pinned too (promoted
+    no longer offers, or whose connection was revoked, is refused (ToolUnavailable,
+    ConnectionRevoked). With `pinned`, the tool is pinned too (promoted
     and pinned in one transaction, or pinned if it was promoted already); a pin past the limit is
     refused (PinLimit) and nothing changes."""
     tool = tool or toolbox.resolve(state.agent.account_id, vendor, name)
@@ -131,7 +133,7 @@ def promote(state: AgentState, vendor: str, name: str, *, by: PromotedBy, actor:
         if pinned and not current.pinned:
             pin(state, vendor, name, cause=PROMOTION_CAUSES[by], actor=actor, now=now)
         return Change(size=size, changed=False, tool=tool, pinned=pinned or current.pinned)
-    tool.check_available()
+    _check_callable(state, tool)
     limit = pin_limit(state.agent.cap)
     if pinned and state.pins >= limit:
         raise PinLimit(limit)
@@ -172,9 +174,13 @@ def demote(state: AgentState, vendor: str, name: str, *, cause: Cause, actor: st
 
 def pin(state: AgentState, vendor: str, name: str, *, cause: Cause, actor: str, now: datetime) -> PinChange:
     """Pin a promoted tool so the rule never demotes it; pinning a pinned tool changes nothing. A
-    tool that is not promoted is refused (NotPromoted; an unknown one ToolNotFound), and so is a
-    pin past `pin_limit` (PinLimit): neither changes anything."""
+    tool that is not promoted is refused (NotPromoted; an unknown one ToolNotFound), and so are a
+    pin past `pin_limit` (PinLimit) and a tool that could not be called (its source withdrew it,
+    its connection was revoked: a pin would keep it in the list for ever): none changes anything."""
     limit = pin_limit(state.agent.cap)
+    first = state.promotion(vendor, name)
+    if first is not None and not first.pinned:
+        _check_callable(state, toolbox.resolve(state.agent.account_id, vendor, name))
     for _ in range(ATTEMPTS):
         current = state.promotion(vendor, name)
         if current is None:
@@ -211,6 +217,14 @@ def unpin(state: AgentState, vendor: str, name: str, *, cause: Cause, actor: str
             return PinChange(pinned=False, changed=True, pins=state.pins - 1, limit=limit)
         state = _reload(state)
     raise Busy("the tool kept changing while it was unpinned; nothing was changed, try again")
+
+
+def _check_callable(state: AgentState, tool: Tool) -> None:
+    """Refuse a tool no call could run: its source withdrew it, or a person revoked its connection
+    (the revocation demoted it, pinned or not; promoting or pinning it must not undo that)."""
+    tool.check_available()
+    if tool.spec.connection:
+        connections.check_not_revoked(state.agent.account_id, tool.spec.connection)
 
 
 def _reload(state: AgentState) -> AgentState:
