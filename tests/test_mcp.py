@@ -305,3 +305,43 @@ def _agent_id(admin: Admin) -> str:
 def test_oversized_mcp_body_is_413(mcp: Mcp) -> None:
     response = mcp.post("tools/call", {"name": "find_tool", "arguments": {"query": "x" * 300_000}})
     assert response.status_code == 413
+
+
+@pytest.mark.parametrize("any_mcp", ["legacy", "modern"], indirect=True)
+def test_tools_list_comes_in_pages_no_larger_than_the_budget(any_mcp: Mcp, admin: Admin,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an agent that promoted tools whose definitions together outgrow a page
+    from chalicelib.mcp import server
+
+    monkeypatch.setattr(server, "LIST_PAGE_BYTES", 12_000)
+    wide = {"type": "object", "properties": {f"field{i}": {"type": "string", "description": "x" * 300}
+                                             for i in range(20)}}
+    for index in range(5):
+        admin.publish(name=f"wide-{index}", input_schema=wide, request={"method": "GET", "url": "http://127.0.0.1:9/w"})
+        assert any_mcp.post("tools/call", {"name": "promote", "arguments": {
+            "vendor": "unleashed", "name": f"wide-{index}"}}).status_code == 200
+    # WHEN a client follows nextCursor
+    pages, cursor = [], None
+    while True:
+        result = any_mcp.post("tools/list", {"cursor": cursor} if cursor else {}).json_body["result"]
+        pages.append(result["tools"])
+        cursor = result.get("nextCursor")
+        if cursor is None:
+            break
+    # THEN every tool comes once, in the list's order, and a page passes the budget by one tool at most
+    names = [tool["name"] for page in pages for tool in page]
+    assert names[-5:] == [f"unleashed__wide-{index}" for index in range(5)] and len(names) == len(set(names))
+    assert len(pages) > 1
+    for page in pages:
+        assert len(json.dumps(page[:-1])) <= 12_000
+
+
+@pytest.mark.parametrize("cursor", ["x", "tools-from-", "tools-from--1", "tools-from-1e3", 5, "tools-from-\u0661"])
+def test_a_tools_list_cursor_this_server_did_not_give_is_invalid_params(mcp: Mcp, cursor: Any) -> None:
+    answer = mcp.post("tools/list", {"cursor": cursor}).json_body
+    assert answer["error"]["code"] == -32602 and "cursor" in answer["error"]["message"]
+
+
+def test_a_cursor_past_a_list_that_shrank_is_an_empty_last_page(mcp: Mcp) -> None:
+    result = mcp.post("tools/list", {"cursor": "tools-from-999"}).json_body["result"]
+    assert result["tools"] == [] and "nextCursor" not in result

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chalicelib import accounts, log, runs, workingset
+from chalicelib import accounts, jsontext, log, runs, workingset
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
@@ -52,6 +52,8 @@ class Reply:
 
 Handler = Callable[[AgentState, Request, datetime], "dict[str, Any] | Reply"]
 LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+LIST_PAGE_BYTES = 1_000_000  # a tools/list page ends past this: far under Lambda's 6 MB answer
+LIST_CURSOR = "tools-from-"
 
 
 def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = None) -> HttpAnswer:
@@ -133,10 +135,32 @@ def _ping(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
 
 
 def _list_tools(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
-    result: dict[str, Any] = {"tools": listed(workingset.promoted_tools(state))}
+    """The agent's tools, a page at a time: a page ends once it passes LIST_PAGE_BYTES, so however
+    large the definitions an agent promoted, no answer outgrows what Lambda and API Gateway carry
+    (a definition is at most 320 KB; a page holds at least one)."""
+    tools = listed(workingset.promoted_tools(state))
+    start = _list_offset(request.params.get("cursor"))
+    end, size = start, 0
+    while end < len(tools) and (end == start or size <= LIST_PAGE_BYTES):
+        size += len(jsontext.dumps(tools[end]))
+        end += 1
+    result: dict[str, Any] = {"tools": tools[start:end]}
+    if end < len(tools):
+        result["nextCursor"] = f"{LIST_CURSOR}{end}"
     if request.modern:
         result.update(ttlMs=LIST_TTL_MS, cacheScope="private")
     return result
+
+
+def _list_offset(cursor: Any) -> int:
+    """Where a tools/list page starts: 0 without a cursor, else where the page before it ended
+    (past the end, when the list shrank meanwhile, an empty last page)."""
+    if cursor is None:
+        return 0
+    offset = cursor.removeprefix(LIST_CURSOR) if isinstance(cursor, str) and cursor.startswith(LIST_CURSOR) else ""
+    if not (offset.isascii() and offset.isdigit() and len(offset) <= 6):
+        raise ProtocolError(INVALID_PARAMS, "Invalid params: cursor is not one this server gave")
+    return int(offset)
 
 
 def _call_tool(state: AgentState, request: Request, now: datetime) -> Reply:
