@@ -303,6 +303,22 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
         server.server_close()
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """A fake server's request handler that answers JSON (`reply`) and logs nothing."""
+
+    def reply(self, status: int, body: Any) -> None:
+        """Answer `body` as JSON (None: an empty body) with `status`."""
+        raw = json.dumps(body).encode() if body is not None else b""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
 @dataclass
 class Vendor:
     """A real HTTP server on 127.0.0.1 standing in for a vendor API; records what it receives."""

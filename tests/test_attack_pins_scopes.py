@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from chalicelib.errors import PinLimit
 from chalicelib.store import tools as tool_store
 from chalicelib.store.models import AGENT_SK, AgentSettingsItem
 from tests.books import agent_state, sweep_at
-from tests.conftest import Admin, Console, Mcp, Vendor, serving
+from tests.conftest import Admin, Console, JsonHandler, Mcp, Vendor, serving
 
 DAY = timedelta(days=1)
 FAR = 1000 * DAY
@@ -539,30 +538,19 @@ def server() -> Iterator[tuple[str, list[str]]]:
              {"name": "look", "description": "Look at it.", "inputSchema": {"type": "object"},
               "annotations": {"readOnlyHint": True}}]
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
             message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             methods.append(message["method"])
             if message["method"] == "server/discover":
-                self._answer(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
+                self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
             elif message["method"] == "notifications/initialized":
-                self._answer(202, None)
+                self.reply(202, None)
             else:
                 value = {"initialize": {"protocolVersion": "2025-11-25", "capabilities": {}},
                          "tools/list": {"tools": tools},
                          "tools/call": {"content": [{"type": "text", "text": "done"}]}}[message["method"]]
-                self._answer(200, {"jsonrpc": "2.0", "id": message["id"], "result": value})
-
-        def _answer(self, status: int, body: Any) -> None:
-            raw = json.dumps(body).encode() if body is not None else b""
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, *args: Any) -> None:
-            pass
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": value})
 
     mcpclient.forget_sessions()
     with serving(Handler) as base:

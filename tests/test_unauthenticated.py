@@ -15,8 +15,6 @@ import http.client
 import json
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -33,6 +31,7 @@ from chalicelib.store.models import TABLES
 from tests.conftest import FORM, Admin, Console
 from tests.iam import record_aws_fixture  # noqa: F401 - fixture `record_aws`: every AWS call a test makes
 from tests.infra import AwsCall
+from tests.test_oauth import Clock
 
 REDIRECT = "https://chat.example/oauth/callback"
 JSON = {"Content-Type": "application/json"}
@@ -41,16 +40,6 @@ PER_SOURCE = 20  # WORKSET_REGISTRATIONS_PER_SOURCE_HOUR's default
 # tables' snapshots show
 WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems",
                     "SendMessage", "SendMessageBatch"})
-
-
-@dataclass
-class Clock:
-    """The time the OAuth endpoints, the console and authentication read."""
-
-    now: datetime
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
 
 
 @pytest.fixture

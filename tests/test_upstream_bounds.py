@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from chalicelib import mcpclient
 from chalicelib.definitions import MAX_SCHEMA_BYTES
 from chalicelib.store import tools as tool_store
-from tests.conftest import Admin, serving
+from tests.conftest import Admin, JsonHandler, serving
 
 
 @pytest.fixture(autouse=True)
@@ -42,16 +41,16 @@ def server() -> Iterator[tuple[str, dict[str, Any]]]:
     list of tools; the last without a nextCursor unless `state["forever"]`)."""
     state: dict[str, Any] = {"pages": [[]], "forever": False, "lists": 0}
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
             message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             method = message["method"]
             if method == "server/discover":
-                self._answer(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
+                self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
             elif method == "notifications/initialized":
-                self._answer(202, None)
+                self.reply(202, None)
             elif method == "initialize":
-                self._answer(200, {"jsonrpc": "2.0", "id": message["id"],
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"],
                                    "result": {"protocolVersion": "2025-11-25", "capabilities": {}}})
             else:
                 state["lists"] += 1
@@ -61,18 +60,7 @@ def server() -> Iterator[tuple[str, dict[str, Any]]]:
                 result: dict[str, Any] = {"tools": pages[index % len(pages)]}
                 if state["forever"] or index + 1 < len(pages):
                     result["nextCursor"] = str(index + 1)
-                self._answer(200, {"jsonrpc": "2.0", "id": message["id"], "result": result})
-
-        def _answer(self, status: int, body: Any) -> None:
-            raw = json.dumps(body).encode() if body is not None else b""
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, *args: Any) -> None:
-            pass
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": result})
 
     with serving(Handler) as base:
         yield f"{base}/mcp", state

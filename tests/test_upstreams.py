@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from chalicelib import mcpclient
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from tests.books import sweep_at, take_bodies, work
-from tests.conftest import Admin, Mcp, serving
+from tests.conftest import Admin, JsonHandler, Mcp, serving
 from tests.upstream_servers import everything_url_fixture, forecast_server, sdk_server  # noqa: F401
 
 
@@ -200,31 +199,20 @@ def hostile() -> Iterator[tuple[str, list[dict[str, str]]]]:
              {"name": "bad", "inputSchema": {"type": "object", "properties": {"a": {"pattern": "(?=x)"}}}},
              {"description": "no name"}]
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
             message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append({name.lower(): value for name, value in self.headers.items()})
             method = message["method"]
             if method == "server/discover":
-                self._answer(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
+                self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
             elif method == "notifications/initialized":
-                self._answer(202, None)
+                self.reply(202, None)
             else:
                 value = {"initialize": {"protocolVersion": "2025-11-25", "capabilities": {}},
                          "tools/list": {"tools": tools},
                          "tools/call": {"content": [{"type": "text", "text": "echoed"}]}}[method]
-                self._answer(200, {"jsonrpc": "2.0", "id": message["id"], "result": value})
-
-        def _answer(self, status: int, body: Any) -> None:
-            raw = json.dumps(body).encode() if body is not None else b""
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, *args: Any) -> None:
-            pass
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": value})
 
     with serving(Handler) as base:
         yield f"{base}/mcp", seen
