@@ -10,9 +10,11 @@ A run's life, and what holds its agent in flight (no demotion while a lease is u
       ├──(read, dry run, or approved)──> running ──> succeeded | failed
       └──(denied for its request shape)──> tool_denied at once, no run
 
-A person's decision stands for the agent, the tool and its request shape (`toolbox.request_shape`):
-an approval lets later calls run at once, a denial refuses them at once, until a version changes
-the shape (then a person is asked again) or a person withdraws the decision. The vendor call's
+A tool writes unless its guard (`guards`: the hints a person accepted, never looser ones a new
+version claims) is read-only. A person's decision stands for the agent, the tool and its request
+shape (`toolbox.request_shape`, the guard included): an approval lets later calls run at once, a
+denial refuses them at once, until a version changes the shape (then a person is asked again) or a
+person withdraws the decision. The vendor call's
 deadline always ends before the run's lease, so a live run is never taken for an abandoned one.
 """
 

@@ -138,7 +138,7 @@ def accept_annotations(account_id: str, vendor: str, name: str, version: int, pe
                        "its hints", field="version") from None
     log.event("tool.annotations_accepted", account_id=account_id, vendor=vendor, tool=name, version=version,
               accepted_by=person, read_only=accepted.read_only, destructive=accepted.destructive)
-    return resolve(account_id, vendor, name), True
+    return Tool(replace(head, guard=accepted.stored(), accepted_by=person, accepted_at=now), tool.spec), True
 
 
 def _publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, *, owner: str | None = None,
@@ -211,9 +211,10 @@ def page(account_id: str, *, limit: int, cursor: str | None) -> Page:
     return tool_store.page_heads(account_id, limit=limit, cursor=cursor)
 
 
-def versions(account_id: str, vendor: str, name: str) -> list[ToolVersion]:
-    """Every version of a tool, oldest first; unknown tools raise ToolNotFound."""
-    found = tool_store.list_versions(account_id, vendor, name)
+def versions(account_id: str, vendor: str, name: str, *, consistent: bool = False) -> list[ToolVersion]:
+    """Every version of a tool, oldest first (`consistent`: with every write so far, such as an
+    acceptance just made); unknown tools raise ToolNotFound."""
+    found = tool_store.list_versions(account_id, vendor, name, consistent=consistent)
     if not found:
         raise ToolNotFound(vendor, name)
     return found

@@ -42,4 +42,4 @@ def accept_annotations(account_id: str, vendor: str, name: str) -> dict[str, Any
                            field="version")
     _, changed = toolbox.accept_annotations(account_id, vendor, name, version,
                                             accounts.admin_actor(bearer() or ""), utcnow())
-    return {**shapes.tool(toolbox.versions(account_id, vendor, name)), "changed": changed}
+    return {**shapes.tool(toolbox.versions(account_id, vendor, name, consistent=True)), "changed": changed}

@@ -96,12 +96,12 @@ def list_vendor_heads(account_id: str, vendor: str) -> list[ToolVersion]:
     return [_record(item) for item in ToolHeadItem.query(account_id, ToolboxItem.sk.startswith(head_sk(vendor, "")))]
 
 
-def list_versions(account_id: str, vendor: str, name: str) -> list[ToolVersion]:
+def list_versions(account_id: str, vendor: str, name: str, *, consistent: bool = False) -> list[ToolVersion]:
     """Every version of one tool, oldest first."""
     if not key_ok(account_id, version_sk(vendor, name, 0)):
         return []
     condition = ToolboxItem.sk.startswith(f"{VERSION_PREFIX}{vendor}#{name}#")
-    return [_record(item) for item in ToolVersionItem.query(account_id, condition)]
+    return [_record(item) for item in ToolVersionItem.query(account_id, condition, consistent_read=consistent)]
 
 
 def toolbox_revision(account_id: str, *, consistent: bool = False) -> int:
