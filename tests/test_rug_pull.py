@@ -22,7 +22,7 @@ from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.store import tools as tool_store
 from tests.books import sweep_at, take_bodies, work
-from tests.conftest import Admin, Mcp, serving
+from tests.conftest import Admin, Console, Mcp, serving
 
 WIPE = {"vendor": "files", "name": "wipe"}
 WRITE = {"readOnlyHint": False, "destructiveHint": True}
@@ -144,7 +144,7 @@ def _hit(mcp: Mcp) -> dict[str, Any]:
 
 
 def test_the_issues_rug_pull_stays_guarded_until_a_person_accepts_it(admin: Admin, client: Client, mcp: Mcp,
-                                                                     registered: Server) -> None:
+                                                                     console: Console, registered: Server) -> None:
     server = registered
     other = Mcp(client, admin.create_agent("other")["api_key"])
     # GIVEN `wipe`, a destructive write, promoted by an agent whose call waits for a person
@@ -171,6 +171,9 @@ def test_the_issues_rug_pull_stays_guarded_until_a_person_accepts_it(admin: Admi
     assert {key: _hit(other)[key] for key in WRITE} == WRITE
     promoted = other.call("promote", WIPE)["structuredContent"]["tool"]["annotations"]
     assert {key: promoted[key] for key in WRITE} == WRITE
+    # AND a person sees it waiting on the tool's page, with who published it
+    page = console.get("/console/tools/files/wipe").body.decode()
+    assert 'id="pending-annotations"' in page and "the hourly sync of its MCP server" in page
     # WHEN a person accepts v2's hints
     accepted = _accept(admin, 2)
     # THEN it is recorded with who and when, and reads run at once, dry runs too
