@@ -17,6 +17,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from chalicelib import outbound, urls
 from chalicelib.errors import InvalidInput, ToolUnavailable
+from chalicelib.guards import Guard, pending
 from chalicelib.store.records import ToolVersion
 from chalicelib.validation import NAME_PATTERN, parse
 
@@ -292,11 +293,6 @@ class ToolSpec(BaseModel):
         return self
 
     @property
-    def writes(self) -> bool:
-        """A tool writes unless it is declared read-only."""
-        return not self.annotations.readOnlyHint
-
-    @property
     def url(self) -> str:
         """Where a call goes: the vendor URL template, or the upstream MCP server."""
         return self.upstream.url if self.upstream is not None else self.request.url  # type: ignore[union-attr]
@@ -331,6 +327,26 @@ class Tool:
     def key(self) -> tuple[str, str]:
         """(vendor, name)."""
         return (self.spec.vendor, self.spec.name)
+
+    @property
+    def guard(self) -> Guard:
+        """The hints Workset enforces for this version (never looser than a person accepted)."""
+        return Guard.of_version(self.version)
+
+    @property
+    def writes(self) -> bool:
+        """A tool writes unless its guard is read-only, whatever its definition now claims."""
+        return self.guard.writes
+
+    @property
+    def declared(self) -> Guard:
+        """The hints the definition claims."""
+        return Guard.declared(self.version.definition.get("annotations"))
+
+    @property
+    def pending(self) -> bool:
+        """True while the definition claims looser hints than a person accepted."""
+        return pending(self.declared, self.guard)
 
     def check_available(self) -> None:
         """Raise ToolUnavailable when the tool's source no longer offers it."""

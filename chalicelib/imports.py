@@ -29,10 +29,11 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from chalicelib import connections, outbound
+from chalicelib import connections, guards, outbound
 from chalicelib.config import settings
 from chalicelib.definitions import ToolSpec
 from chalicelib.errors import Busy, InvalidInput, WorksetError
+from chalicelib.guards import Guard
 from chalicelib.indexes import INLINE_VECTORS
 from chalicelib.outbound import HttpRequest
 from chalicelib.store import queues
@@ -187,8 +188,12 @@ def _plan(candidate: Candidate, head: ToolVersion | None, kind: str, connection:
         return _Planned(replace(line, outcome=UNCHANGED, version=head.version, reason=None))
     previous = head.version if head is not None else 0
     outcome = NEW_VERSION if head is not None else PUBLISHED
+    # the source wrote these hints, not a person (even when a person started the import): looser
+    # ones are held to the head's guard until a person accepts them
+    guard, _ = guards.for_new_version(Guard.declared(definition.get("annotations")), head, previous + 1,
+                                      by_person=False)
     return _Planned(replace(line, outcome=outcome, version=previous + 1, reason=None),
-                    new=NewVersion(spec.vendor, spec.name, definition, previous, origin=origin))
+                    new=NewVersion(spec.vendor, spec.name, definition, previous, origin=origin, guard=guard.stored()))
 
 
 class _ConnectionCheck:

@@ -10,9 +10,11 @@ A run's life, and what holds its agent in flight (no demotion while a lease is u
       ├──(read, dry run, or approved)──> running ──> succeeded | failed
       └──(denied for its request shape)──> tool_denied at once, no run
 
-A person's decision stands for the agent, the tool and its request shape (`toolbox.request_shape`):
-an approval lets later calls run at once, a denial refuses them at once, until a version changes
-the shape (then a person is asked again) or a person withdraws the decision. The vendor call's
+A tool writes unless its guard (`guards`: the hints a person accepted, never looser ones a new
+version claims) is read-only. A person's decision stands for the agent, the tool and its request
+shape (`toolbox.request_shape`, the guard included): an approval lets later calls run at once, a
+denial refuses them at once, until a version changes the shape (then a person is asked again) or a
+person withdraws the decision. The vendor call's
 deadline always ends before the run's lease, so a live run is never taken for an abandoned one.
 """
 
@@ -77,7 +79,7 @@ def _call_checked(state: AgentState, tool: Tool, arguments: dict[str, Any], *, d
     """A call that passed its checks: refused by a standing denial, waiting on a person, or run."""
     vendor_name, name = tool.key
     standing = _standing_decision(state, tool)
-    if standing == DENY and not (dry_run and tool.spec.writes):  # a preview of a write reaches nothing
+    if standing == DENY and not (dry_run and tool.writes):  # a preview of a write reaches nothing
         return failure(ToolDenied(
             f"a person denied this agent's calls of {vendor_name}/{name}; the denial stands until a person "
             "withdraws it in the console"))
@@ -86,7 +88,7 @@ def _call_checked(state: AgentState, tool: Tool, arguments: dict[str, Any], *, d
     promotion = state.promotion(vendor_name, name)
     use_due_at = idle_deadline(state, now) if promotion is not None else None
     pinned = promotion is not None and promotion.pinned
-    if tool.spec.writes and not dry_run and standing != ALLOW:
+    if tool.writes and not dry_run and standing != ALLOW:
         lease = now + timedelta(seconds=settings().approval_ttl_seconds)
         run = _new_run(state, tool, arguments, RunStatus.AWAITING, lease, now, dry_run=False)
         _start(run, use_due_at, pinned=pinned)
@@ -105,7 +107,7 @@ def approve(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
     run = _account_run(account_id, run_id, now)
     _must_wait(run)
     tool = toolbox.resolve_version(account_id, run.vendor, run.name, run.version)
-    shape = toolbox.request_shape(tool.spec)
+    shape = toolbox.request_shape(tool)
     if not run_store.approve(run, approver, now + _running_lease(), now, shape=shape):
         raise Conflict(f"run {run_id} was decided already")
     _execute(replace(run, lease_expires_at=now + _running_lease()), tool, waited=True)
@@ -117,7 +119,7 @@ def deny(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
     requests now) by this agent are refused until a person withdraws the denial."""
     run = _account_run(account_id, run_id, now)
     _must_wait(run)
-    shape = toolbox.request_shape(toolbox.resolve_version(account_id, run.vendor, run.name, run.version).spec)
+    shape = toolbox.request_shape(toolbox.resolve_version(account_id, run.vendor, run.name, run.version))
     if not run_store.deny(run, approver, now, shape=shape):
         raise Conflict(f"run {run_id} was decided already")
     denied = _account_run(account_id, run_id, now)
@@ -154,7 +156,7 @@ def changes_since_decisions(account_id: str, waiting: list[Run]) -> dict[str, Sh
         except ToolNotFound:
             continue
         found[run.run_id] = ShapeChange(decision, toolbox.shape_changes(decision.shape,
-                                                                        toolbox.request_shape(tool.spec)))
+                                                                        toolbox.request_shape(tool)))
     return found
 
 
@@ -219,12 +221,12 @@ def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
             toolbox.resolve(run.account_id, run.vendor, run.name).check_available()
             _check_scope(_live_agent(run.agent_id), tool)
             toolbox.check_reach(run.account_id, tool)
-        sent = not (run.dry_run and tool.spec.writes)  # a preview of a write reaches no vendor
+        sent = not (run.dry_run and tool.writes)  # a preview of a write (as guarded) reaches no vendor
         deadline = _deadline(run)
         credential = _credential(run, tool, deadline, preview=not sent)
         request = vendor.build(tool, run.input, credential)
         sending = time.perf_counter()
-        outcome = vendor.perform(request, dry_run=run.dry_run, read_only=not tool.spec.writes,
+        outcome = vendor.perform(request, dry_run=run.dry_run, read_only=not tool.writes,
                                  timeout=_left(deadline))
         if sent and credential is not None and credential.renewable and _unauthorized(outcome):
             # the vendor refused the token: one new token (another call's, or fetched), one retry
@@ -232,7 +234,7 @@ def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
             credential = credentials.renew(run.account_id, tool.spec.connection, tool.spec.url, credential,
                                            timeout=_left(deadline))
             outcome = vendor.perform(vendor.build(tool, run.input, credential), dry_run=run.dry_run,
-                                     read_only=not tool.spec.writes, timeout=_left(deadline))
+                                     read_only=not tool.writes, timeout=_left(deadline))
         vendor_ms = log.elapsed_ms(sending) if sent else None
     except WorksetError as error:
         outcome = failure(error)
@@ -304,7 +306,7 @@ def _standing_decision(state: AgentState, tool: Tool) -> str | None:
     """`allow` or `deny` when a person decided this agent's calls of the tool as it requests now;
     None when nobody did (or the decision was for another request shape)."""
     decision = state.decision(*tool.key)
-    if decision is None or decision.shape != toolbox.request_shape(tool.spec):
+    if decision is None or decision.shape != toolbox.request_shape(tool):
         return None
     return decision.decision
 

@@ -1,12 +1,14 @@
-"""The account's toolbox: publishing versions (what a definition must be is `definitions`), finding tools."""
+"""The account's toolbox: publishing versions (what a definition must be is `definitions`, the hints
+each version is held to is `guards`), a person accepting a version's looser hints, finding tools."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from chalicelib import accounts, connections, hosts, indexes
+from chalicelib import accounts, connections, guards, hosts, indexes, log
 from chalicelib.config import settings
 from chalicelib.definitions import Tool, ToolSpec
 from chalicelib.errors import (
@@ -14,9 +16,11 @@ from chalicelib.errors import (
     ConnectionNotInScope,
     Forbidden,
     HostNotAllowed,
+    NotFound,
     QuotaExceeded,
     ToolNotFound,
 )
+from chalicelib.guards import IMPLIED_SHAPE, Guard
 from chalicelib.store import agents as agent_store
 from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed
@@ -28,14 +32,15 @@ PUBLISH_ATTEMPTS = 3
 MORE_COUNTED = 500  # a search counts this many hits past its limit, at most
 
 
-def publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime) -> Tool:
+def publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, *, person: str | None = None) -> Tool:
     """Publish `spec` as a new tool or the next version of an existing one (an admin may publish
     a version of any tool). A named connection must belong to the account and vendor and admit
-    the URL's host."""
+    the URL's host. `person`, who publishes this very definition, accepts its hints even where
+    they are looser than the previous version's guard (recorded); without one, they are held."""
     if spec.connection:
         connections.check_usable(account_id, spec.connection, spec.vendor, spec.url, field="connection",
                                  headers=spec.header_names, query=spec.query_names)
-    return _publish(account_id, spec, published_by, now)
+    return _publish(account_id, spec, published_by, now, person=person)
 
 
 def acquire(state: AgentState, spec: ToolSpec, now: datetime) -> Tool:
@@ -66,17 +71,19 @@ def check_reach(account_id: str, tool: Tool) -> None:
         _check_keyless_host(account_id, tool.spec.url)
 
 
-def request_shape(spec: ToolSpec) -> dict[str, Any]:
+def request_shape(tool: Tool) -> dict[str, Any]:
     """What an approval covers: the method, where the request goes (scheme, host, port, path and
-    query template), the headers it sets, the parameters and body its input fills, and the
-    connection whose credential it carries; for an MCP server's tool, the server and the tool's
-    own name. A version that changes only the description, schemas or annotations keeps the shape."""
+    query template), the headers it sets, the parameters and body its input fills, the connection
+    whose credential it carries, and the read-only and destructive hints Workset enforces (its
+    guard); for an MCP server's tool, the server and the tool's own name. A version that changes
+    only the description, schemas or the hints it claims (not its guard) keeps the shape."""
+    spec = tool.spec
     parts = urlsplit(spec.url)
     shape: dict[str, Any] = {
         "method": MCP_METHOD if spec.upstream else spec.request.method,  # type: ignore[union-attr]
         "scheme": parts.scheme, "host": parts.hostname,
         "port": parts.port or hosts.DEFAULT_PORTS[parts.scheme], "path": parts.path, "query": parts.query,
-        "headers": {}, "connection": spec.connection,
+        "headers": {}, "connection": spec.connection, **tool.guard.shape(),
     }
     if spec.upstream is not None:
         return {**shape, "tool": spec.upstream.tool}
@@ -94,13 +101,48 @@ def request_shape(spec: ToolSpec) -> dict[str, Any]:
 
 def shape_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Field -> {from, to} for each part of the request shape that differs (every part when the
-    earlier decision predates request shapes)."""
+    earlier decision predates request shapes); a guard hint a shape leaves out is MCP's default."""
     before = before or {}
-    return {field: {"from": before.get(field), "to": value} for field, value in after.items()
-            if before.get(field) != value}
+    fields = [*after, *(field for field in before if field not in after)]
+    changes = {}
+    for field in fields:
+        was, now = (shape.get(field, IMPLIED_SHAPE.get(field)) for shape in (before, after))
+        if was != now:
+            changes[field] = {"from": was, "to": now}
+    return changes
 
 
-def _publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, *, owner: str | None = None) -> Tool:
+def accept_annotations(account_id: str, vendor: str, name: str, version: int, person: str,
+                       now: datetime) -> tuple[Tool, bool]:
+    """A person accepts the hints the newest version declares, where they are looser than its
+    guard: from then on they are what Workset enforces (recorded with who and when). Answers the
+    tool and whether anything changed (nothing does when nothing is pending). Accepting any other
+    version than the newest, or one a newer version replaced meanwhile, is a Conflict: a person
+    accepts only what they saw."""
+    head = tool_store.get_head(account_id, vendor, name)
+    if head is None:
+        raise ToolNotFound(vendor, name)
+    if version != head.version:
+        if version > head.version or version < 1:
+            raise NotFound(f"{vendor}/{name} has no version {version}", field="version")
+        raise Conflict(f"version {version} of {vendor}/{name} is not the newest (version {head.version} is): "
+                       "review the newest version and accept its hints", field="version")
+    tool = _tool(head)
+    if not tool.pending:
+        return tool, False
+    accepted = replace(tool.declared, accepted_in=head.version)
+    try:
+        tool_store.accept_guard(account_id, head, accepted.stored(), person, now)
+    except ConditionFailed:
+        raise Conflict(f"a newer version of {vendor}/{name} was published meanwhile: review it and accept "
+                       "its hints", field="version") from None
+    log.event("tool.annotations_accepted", account_id=account_id, vendor=vendor, tool=name, version=version,
+              accepted_by=person, read_only=accepted.read_only, destructive=accepted.destructive)
+    return Tool(replace(head, guard=accepted.stored(), accepted_by=person, accepted_at=now), tool.spec), True
+
+
+def _publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, *, owner: str | None = None,
+             person: str | None = None) -> Tool:
     # Imported here, not at the top: search loads numpy and the models, which only publishing
     # and find_tool need; every other request's cold start skips them.
     from chalicelib.search.documents import VECTOR_VERSION, document_vector
@@ -112,9 +154,13 @@ def _publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, 
         if owner is not None:
             _check_owner(head, owner)  # again: the head may have moved since the first look
         previous = head.version if head else 0
+        # the guard from the head this version follows (the put is conditional on that head)
+        guard, accepted = guards.for_new_version(Guard.declared(definition.get("annotations")), head, previous + 1,
+                                                 by_person=person is not None)
+        new = NewVersion(spec.vendor, spec.name, definition, previous, vector, VECTOR_VERSION, guard=guard.stored(),
+                         accepted_by=person if accepted else None)
         try:
-            version = tool_store.put_version(account_id, NewVersion(spec.vendor, spec.name, definition, previous,
-                                                                    vector, VECTOR_VERSION), published_by, now)
+            version = tool_store.put_version(account_id, new, published_by, now)
         except ConditionFailed:
             continue  # another publish of this tool won; publish on top of it
         return Tool(version, spec)
@@ -165,9 +211,10 @@ def page(account_id: str, *, limit: int, cursor: str | None) -> Page:
     return tool_store.page_heads(account_id, limit=limit, cursor=cursor)
 
 
-def versions(account_id: str, vendor: str, name: str) -> list[ToolVersion]:
-    """Every version of a tool, oldest first; unknown tools raise ToolNotFound."""
-    found = tool_store.list_versions(account_id, vendor, name)
+def versions(account_id: str, vendor: str, name: str, *, consistent: bool = False) -> list[ToolVersion]:
+    """Every version of a tool, oldest first (`consistent`: with every write so far, such as an
+    acceptance just made); unknown tools raise ToolNotFound."""
+    found = tool_store.list_versions(account_id, vendor, name, consistent=consistent)
     if not found:
         raise ToolNotFound(vendor, name)
     return found

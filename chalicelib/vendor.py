@@ -171,8 +171,9 @@ def _upstream_answer(result: dict[str, Any], secrets: tuple[str, ...]) -> Outcom
 
 
 def perform(request: Request, *, dry_run: bool, read_only: bool, timeout: float | None = None) -> Outcome:
-    """A dry run reaches the vendor only for a tool published read-only; any other tool, whatever
-    its method, answers the preview. Everything else is sent."""
+    """A dry run reaches the vendor only for a tool guarded read-only (`Tool.writes`: the hints a
+    person accepted, not looser ones a new version claims); any other tool, whatever its method,
+    answers the preview. Everything else is sent."""
     if dry_run and not read_only:
         return preview(request)
     return send(request, timeout=timeout)

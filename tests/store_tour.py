@@ -111,6 +111,10 @@ def exercise_store() -> set[str]:
     assert [head.name for head in bulk] == ["bulk-0", "bulk-1", "orders"]
     run(tools.set_unavailable, "acct", bulk[:2], "gone from the document")
     run(tools.set_vectors, "acct", [(bulk[0], b"v" * 768)], "test-vectors")
+    # A person accepting the newest version's looser hints (its guard, on the version and its head).
+    orders = run(tools.get_head, "acct", "acme", "orders")
+    run(tools.accept_guard, "acct", orders, {"readOnlyHint": True, "destructiveHint": False, "accepted_in": 1},
+        "admin:0123456789ab", now)
     run(upstreams.put, Upstream("acct", "docs", "https://mcp.acme.test/mcp", now))
     assert run(upstreams.get, "acct", "docs").url == "https://mcp.acme.test/mcp"
     assert [found.vendor for found in run(upstreams.list_all, "acct", limit=10).items] == ["docs"]

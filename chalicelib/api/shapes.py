@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from chalicelib import guards
 from chalicelib.accounts import Created
 from chalicelib.clock import iso
+from chalicelib.guards import Guard
 from chalicelib.runs import ShapeChange
 from chalicelib.store.records import (
     Agent,
@@ -97,15 +99,33 @@ def event(record: HistoryEvent) -> dict[str, Any]:
 
 
 def tool_version(record: ToolVersion) -> dict[str, Any]:
-    """One version of a tool with its definition."""
+    """One version of a tool with its definition (`annotations` as its author declared them), the
+    hints Workset enforces for it (`accepted_annotations`), whether its declared hints are looser
+    and wait for a person (`annotations_pending`), and who accepted looser hints, if anyone did."""
+    guard = Guard.of_version(record)
     return {
         **record.definition,
         "version": record.version,
         "published_at": iso(record.published_at),
         "published_by": record.published_by,
+        "accepted_annotations": guard.hints,
+        "annotations_pending": guards.pending(Guard.declared(record.definition.get("annotations")), guard),
+        "accepted_by": record.accepted_by,
+        "accepted_at": iso(record.accepted_at),
         **({"origin": record.origin} if record.origin else {}),
         **({"unavailable": record.unavailable} if record.unavailable else {}),
     }
+
+
+def tool(versions: list[ToolVersion]) -> dict[str, Any]:
+    """A tool with every version, oldest first, and the newest version's pending loosening (null
+    when none waits): what it declares, what Workset enforces until a person accepts it."""
+    newest = versions[-1]
+    guard, declared = Guard.of_version(newest), Guard.declared(newest.definition.get("annotations"))
+    pending = {"version": newest.version, "declared": declared.hints, "accepted": guard.hints} \
+        if guards.pending(declared, guard) else None
+    return {"vendor": newest.vendor, "name": newest.name, "versions": [tool_version(v) for v in versions],
+            "pending_annotations": pending}
 
 
 def upstream(record: Upstream) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Admin routes for the toolbox: publishing versions and reading them."""
+"""Admin routes for the toolbox: publishing versions, reading them, and accepting a version's
+looser hints."""
 
 from __future__ import annotations
 
@@ -6,14 +7,17 @@ from typing import Any
 
 from chalicelib import accounts, definitions, toolbox
 from chalicelib.api import shapes
-from chalicelib.api.common import admin_route, body, limit, query
+from chalicelib.api.common import admin_route, bearer, body, limit, query
 from chalicelib.clock import utcnow
+from chalicelib.errors import InvalidInput
 
 
 @admin_route("/v1/tools", "POST", status=201)
 def publish_tool(account_id: str) -> dict[str, Any]:
     spec = definitions.parse_spec(body())
-    tool = toolbox.publish(account_id, spec, published_by=accounts.ADMIN, now=utcnow())
+    # a person publishing this very definition accepts its hints (chalicelib/guards.py)
+    tool = toolbox.publish(account_id, spec, published_by=accounts.ADMIN, now=utcnow(),
+                           person=accounts.admin_actor(bearer() or ""))
     return {"vendor": spec.vendor, "name": spec.name, "version": tool.version.version}
 
 
@@ -25,5 +29,17 @@ def list_tools(account_id: str) -> dict[str, Any]:
 
 @admin_route("/v1/tools/{vendor}/{name}", "GET")
 def get_tool(account_id: str, vendor: str, name: str) -> dict[str, Any]:
-    found = toolbox.versions(account_id, vendor, name)
-    return {"vendor": vendor, "name": name, "versions": [shapes.tool_version(v) for v in found]}
+    return shapes.tool(toolbox.versions(account_id, vendor, name))
+
+
+@admin_route("/v1/tools/{vendor}/{name}/accept-annotations", "POST")
+def accept_annotations(account_id: str, vendor: str, name: str) -> dict[str, Any]:
+    """`{"version": n}`: the newest version's looser hints become what Workset enforces."""
+    payload = body()
+    version = payload.get("version") if isinstance(payload, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool) or set(payload) != {"version"}:
+        raise InvalidInput("version: give the number of the version whose hints you reviewed, and nothing else",
+                           field="version")
+    _, changed = toolbox.accept_annotations(account_id, vendor, name, version,
+                                            accounts.admin_actor(bearer() or ""), utcnow())
+    return {**shapes.tool(toolbox.versions(account_id, vendor, name, consistent=True)), "changed": changed}

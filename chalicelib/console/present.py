@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from chalicelib import definitions
+from chalicelib import definitions, guards
 from chalicelib.causes import Cause, PromotedBy
 from chalicelib.clock import iso, utcnow
 from chalicelib.definitions import Tool
+from chalicelib.guards import Guard
 from chalicelib.imports import MCP, NEW_VERSION, OPENAPI
 from chalicelib.mcp.metatools import META_TOOLS, tool_definition
 from chalicelib.store.records import ToolVersion
@@ -71,6 +72,17 @@ def hints(annotations: dict[str, Any] | None) -> list[str]:
     if notes.get("openWorldHint"):
         words.append("open world")
     return words
+
+
+def enforced(version: ToolVersion) -> dict[str, Any]:
+    """A version's annotations with the hints Workset enforces for it (its guard) in place of
+    looser ones it claims."""
+    return Guard.of_version(version).shown(version.definition.get("annotations"))
+
+
+def pending(version: ToolVersion) -> bool:
+    """True while the version claims looser hints than Workset enforces (a person may accept them)."""
+    return guards.pending(Guard.declared(version.definition.get("annotations")), Guard.of_version(version))
 
 
 def origin(head: ToolVersion) -> str:
@@ -148,4 +160,4 @@ def _size(definitions: list[dict[str, Any]]) -> int:
 
 FILTERS = {"ago": ago, "exact": exact, "iso": iso, "cause": cause_label, "promoted_by": promoted_by_label,
            "hints": hints, "first_line": first_line, "pretty": pretty, "tokens": tokens, "origin": origin,
-           "outcome": outcome, "counted": counted}
+           "outcome": outcome, "counted": counted, "enforced": enforced, "pending": pending}

@@ -1,13 +1,14 @@
 """The toolbox: every tool with its hints, versions and the agents that have it promoted; search
-with find_tool's ranking; one tool's versions, each viewable."""
+with find_tool's ranking; one tool's versions, each viewable, and the Accept form for a newest
+version's looser hints."""
 
 from __future__ import annotations
 
 from chalice import Response
 
 from chalicelib import toolbox, workingset
-from chalicelib.console.common import PAGE_SIZE, Ctx, agent_names, page
-from chalicelib.errors import NotFound
+from chalicelib.console.common import PAGE_SIZE, Ctx, action, agent_names, page, redirect
+from chalicelib.errors import InvalidInput, NotFound
 from chalicelib.store.records import ToolVersion
 
 SEARCH_LIMIT = 50
@@ -34,9 +35,20 @@ def tool_page(ctx: Ctx, vendor: str, name: str) -> Response:
     shown = next((v for v in versions if str(v.version) == wanted), None) if wanted else versions[-1]
     if shown is None:
         raise NotFound(f"{vendor}/{name} has no version {wanted}")
-    head = toolbox.resolve(ctx.account_id, vendor, name).version  # the newest, and whether it is unavailable
-    return ctx.render("tool.html", vendor=vendor, name=name, versions=versions, shown=shown, head=head,
-                      promoted_for=_promoted_for(ctx.account_id, [shown]), names=agent_names(ctx.account_id))
+    head = toolbox.resolve(ctx.account_id, vendor, name)  # the newest, whether it is unavailable, its guard
+    return ctx.render("tool.html", vendor=vendor, name=name, versions=versions, shown=shown, head=head.version,
+                      newest=head, promoted_for=_promoted_for(ctx.account_id, [shown]),
+                      names=agent_names(ctx.account_id), done=ctx.params.get("done"))
+
+
+@action("/console/tools/{vendor}/{name}/accept-annotations")
+def accept_annotations(ctx: Ctx, vendor: str, name: str) -> Response:
+    """The person accepts the hints of the version the page showed them (a newer one is a conflict)."""
+    version = ctx.form.get("version", "")
+    if not version.isascii() or not version.isdigit() or len(version) > 9:
+        raise InvalidInput("version: the form did not say which version you reviewed", field="version")
+    _, changed = toolbox.accept_annotations(ctx.account_id, vendor, name, int(version), ctx.session.actor, ctx.now)
+    return redirect(f"/console/tools/{vendor}/{name}", done="accepted" if changed else "nothing-pending")
 
 
 def _promoted_for(account_id: str, heads: list[ToolVersion]) -> dict[tuple[str, str], list[str]]:

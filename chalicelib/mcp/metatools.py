@@ -95,14 +95,15 @@ class MetaTool:
 
 
 def tool_definition(tool: Tool) -> dict[str, Any]:
-    """The MCP definition of a promoted tool: `vendor__name` and the newest version's spec, marked
-    for hosts to load up front (`host_meta`)."""
+    """The MCP definition of a promoted tool: `vendor__name` and the newest version's spec with the
+    hints Workset enforces (its guard, never looser claims a person has not accepted), marked for
+    hosts to load up front (`host_meta`)."""
     spec = tool.spec
     definition: dict[str, Any] = {
         "name": f"{spec.vendor}{SEPARATOR}{spec.name}",
         "description": spec.description,
         "inputSchema": spec.input_schema,
-        "annotations": spec.annotations.model_dump(exclude_none=True),
+        "annotations": tool.guard.shown(spec.annotations.model_dump(exclude_none=True)),
         "_meta": host_meta(search_hint(tool)),
     }
     if spec.output_schema is not None:
@@ -167,14 +168,14 @@ def _find_tool(call: Call, raw: Any) -> Outcome:
 
 
 def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
-    spec = tool.spec
+    spec, guard = tool.spec, tool.guard
     promotion = state.promotion(spec.vendor, spec.name)
     hit: dict[str, Any] = {
         "vendor": spec.vendor,
         "name": spec.name,
         "promoted": promotion is not None,
-        "readOnlyHint": bool(spec.annotations.readOnlyHint),
-        "destructiveHint": spec.annotations.destructiveHint is not False and not spec.annotations.readOnlyHint,
+        "readOnlyHint": guard.read_only,  # as Workset enforces them
+        "destructiveHint": guard.destructive,
         "description": first_line(spec.description, DESCRIPTION_LINE),
         "input_schema": spec.input_schema,  # enough to run_tool it at once, without a promote
         "searchHint": search_hint(tool),

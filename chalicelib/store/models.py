@@ -401,6 +401,12 @@ class ToolboxItem(Model):
     # where an imported tool came from: {"kind": "openapi", "operation": "GET /pets/{id}", ...}
     # or {"kind": "mcp", "tool": "<the server's own name>"}; absent for a tool authored by hand
     origin = JSONAttribute(null=True)
+    # the hints Workset enforces for the version (chalicelib/guards.py), absent on versions stored
+    # before guards were kept (guarded as declared); and the person who accepted a loosening of
+    # them, when one did. A person's acceptance updates these, never the definition.
+    guard = JSONAttribute(null=True)
+    accepted_by = UnicodeAttribute(null=True)
+    accepted_at = UTCDateTimeAttribute(null=True)
     upstream_shard = UnicodeAttribute(null=True)  # never set on a tool: see UpstreamItem
     upstreams = _DeclaredUpstreams()
 

@@ -193,6 +193,9 @@ class ToolVersion:
     vector_version: str | None = None
     origin: dict[str, Any] | None = None  # where an imported tool came from
     unavailable: str | None = None  # why the newest version can no longer be called
+    guard: dict[str, Any] | None = None  # the hints Workset enforces (`chalicelib.guards`); None: as declared
+    accepted_by: str | None = None  # the person who accepted this version's looser hints, if one did
+    accepted_at: datetime | None = None
 
 
 @dataclass(frozen=True)

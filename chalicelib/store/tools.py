@@ -96,12 +96,12 @@ def list_vendor_heads(account_id: str, vendor: str) -> list[ToolVersion]:
     return [_record(item) for item in ToolHeadItem.query(account_id, ToolboxItem.sk.startswith(head_sk(vendor, "")))]
 
 
-def list_versions(account_id: str, vendor: str, name: str) -> list[ToolVersion]:
+def list_versions(account_id: str, vendor: str, name: str, *, consistent: bool = False) -> list[ToolVersion]:
     """Every version of one tool, oldest first."""
     if not key_ok(account_id, version_sk(vendor, name, 0)):
         return []
     condition = ToolboxItem.sk.startswith(f"{VERSION_PREFIX}{vendor}#{name}#")
-    return [_record(item) for item in ToolVersionItem.query(account_id, condition)]
+    return [_record(item) for item in ToolVersionItem.query(account_id, condition, consistent_read=consistent)]
 
 
 def toolbox_revision(account_id: str, *, consistent: bool = False) -> int:
@@ -141,6 +141,8 @@ class NewVersion:
     vector: bytes | None = field(default=None, repr=False)
     vector_version: str | None = None
     origin: dict[str, Any] | None = None
+    guard: dict[str, Any] | None = None  # the hints Workset will enforce (chalicelib/guards.py)
+    accepted_by: str | None = None  # the person whose publish accepts a loosening of them
 
 
 # A transaction holds at most 100 actions and 4 MB: a batch of tools (two items each), the
@@ -169,7 +171,8 @@ def put_versions(account_id: str, versions: Sequence[NewVersion], published_by: 
     for batch in _batches(versions, lambda new: 2 * len(json.dumps(new.definition)) + 2 * len(new.vector or b"")):
         records = [ToolVersion(new.vendor, new.name, new.previous + 1, new.definition, published_at=now,
                                published_by=published_by, vector=new.vector, vector_version=new.vector_version,
-                               origin=new.origin) for new in batch]
+                               origin=new.origin, guard=new.guard, accepted_by=new.accepted_by,
+                               accepted_at=now if new.accepted_by else None) for new in batch]
         try:
             revision = _revise(account_id, records, partial(_save_versions, account_id, batch, records), revision,
                                now)
@@ -189,6 +192,22 @@ def set_unavailable(account_id: str, heads: Sequence[ToolVersion], reason: str |
     for batch in _batches(heads, lambda head: 0, tools=CHANGES_PER_REVISION):
         revision = _revise(account_id, batch, partial(_update_heads, account_id, [(head, [action]) for head in batch]),
                            revision, utcnow())
+
+
+def accept_guard(account_id: str, head: ToolVersion, guard: dict[str, Any], accepted_by: str,
+                 now: datetime) -> None:
+    """A person accepts `guard` for the newest version: on the version and its head, in one
+    transaction that moves the revision, only while the head is still that version. Raises
+    `ConditionFailed` when a newer version was published meanwhile (nothing is written)."""
+    actions = [ToolboxItem.guard.set(guard), ToolboxItem.accepted_by.set(accepted_by),
+               ToolboxItem.accepted_at.set(now)]
+
+    def write(tx: Any) -> None:
+        tx.update(ToolVersionItem(account_id=account_id, sk=version_sk(head.vendor, head.name, head.version)),
+                  actions=actions, condition=ToolboxItem.sk.exists())
+        _update_heads(account_id, [(head, actions)], tx)
+
+    _revise(account_id, [head], write, None, now)
 
 
 def set_vectors(account_id: str, vectors: Sequence[tuple[ToolVersion, bytes]], vector_version: str) -> None:
@@ -292,7 +311,8 @@ def _fields(account_id: str, record: ToolVersion) -> dict[str, Any]:
     return {"account_id": account_id, "vendor": record.vendor, "name": record.name, "version": record.version,
             "definition": record.definition, "published_at": record.published_at,
             "published_by": record.published_by, "vector": record.vector, "vector_version": record.vector_version,
-            "origin": record.origin}
+            "origin": record.origin, "guard": record.guard, "accepted_by": record.accepted_by,
+            "accepted_at": record.accepted_at}
 
 
 def _record(item: ToolboxItem) -> ToolVersion:
@@ -307,4 +327,7 @@ def _record(item: ToolboxItem) -> ToolVersion:
         vector_version=item.vector_version,
         origin=item.origin,
         unavailable=getattr(item, "unavailable", None),
+        guard=item.guard,
+        accepted_by=item.accepted_by,
+        accepted_at=item.accepted_at,
     )
