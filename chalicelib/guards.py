@@ -5,7 +5,9 @@ MCP server's sync, an OpenAPI document (even in an import a person started: the 
 it), an agent's `acquire`. So every version carries the guard Workset enforces, and a new version
 never loosens it without a person:
 
-    version 1                        its declared hints
+    version 1                        its declared hints; but a tool that first appears in an
+                                     unattended sync (the hourly one) is held to MCP's defaults,
+                                     a destructive write, until a person accepts its hints
     a later version                  the tighter of its declared hints and the previous version's
                                      guard, hint by hint: read-only only if both are, destructive if
                                      either is (tightening takes effect at once)
@@ -117,13 +119,19 @@ class Guard:
 IMPLIED_SHAPE = {READ_ONLY: False, DESTRUCTIVE: True, "annotations_accepted_in": None}
 
 
+UNREVIEWED = Guard(read_only=False, destructive=True)  # MCP's defaults: what a tool no one looked at is
+
+
 def for_new_version(declared: Guard, previous: ToolVersion | None, version: int, *,
-                    by_person: bool) -> tuple[Guard, bool]:
+                    by_person: bool, attended: bool = True) -> tuple[Guard, bool]:
     """The guard of a version about to be published after `previous` (None for a new tool), and
     whether publishing it accepts a loosening: only a person publishing the definition directly
-    does; any other author's looser claims wait for a person (`Guard.tightened_by`)."""
+    does; any other author's looser claims wait for a person (`Guard.tightened_by`). A new tool
+    takes its declared hints when a person started the publish (an import, a registration, a
+    sync they asked for); one an unattended sync brings is held to UNREVIEWED, so a server cannot
+    dodge a held loosening by listing the tool again under a new name."""
     if previous is None:
-        return declared, False
+        return (declared, False) if attended or by_person else (declared.tightened_by(UNREVIEWED), False)
     before = Guard.of_version(previous)
     if by_person and declared.looser_than(before):
         return replace(declared, accepted_in=version), True

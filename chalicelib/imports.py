@@ -126,12 +126,14 @@ def known_names(heads: dict[str, ToolVersion], kind: str) -> dict[str, str]:
 
 
 def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidate], heads: dict[str, ToolVersion],
-          *, connection: str | None, published_by: str, now: datetime, dry_run: bool) -> Report:
+          *, connection: str | None, published_by: str, now: datetime, dry_run: bool, attended: bool = True) -> Report:
     """Publish what changed, restore what came back, mark unavailable what left the source; with
     `dry_run`, answer the same lines and write nothing. `heads` are the vendor's tools
-    (`existing`)."""
+    (`existing`). `attended`: a person started this (an unattended sync's new tools are held to
+    `guards.UNREVIEWED`)."""
     checked = _ConnectionCheck(account_id, connection, vendor)
-    planned = [_plan(candidate, heads.get(candidate.name), kind, connection, checked) for candidate in candidates]
+    planned = [_plan(candidate, heads.get(candidate.name), kind, connection, checked, attended)
+               for candidate in candidates]
     keys = {candidate.key for candidate in candidates}
     gone = [head for head in heads.values() if _from(head, kind) and head.origin["key"] not in keys  # type: ignore[index]
             and not head.unavailable]
@@ -168,7 +170,7 @@ def fill_vectors(message: dict[str, Any]) -> None:
 
 
 def _plan(candidate: Candidate, head: ToolVersion | None, kind: str, connection: str | None,
-          checked: _ConnectionCheck) -> _Planned:
+          checked: _ConnectionCheck, attended: bool) -> _Planned:
     line = Line(candidate.key, candidate.name, SKIPPED, reason=candidate.reason, label=candidate.label)
     if candidate.definition is None:
         return _Planned(line)
@@ -191,7 +193,7 @@ def _plan(candidate: Candidate, head: ToolVersion | None, kind: str, connection:
     # the source wrote these hints, not a person (even when a person started the import): looser
     # ones are held to the head's guard until a person accepts them
     guard, _ = guards.for_new_version(Guard.declared(definition.get("annotations")), head, previous + 1,
-                                      by_person=False)
+                                      by_person=False, attended=attended)
     return _Planned(replace(line, outcome=outcome, version=previous + 1, reason=None),
                     new=NewVersion(spec.vendor, spec.name, definition, previous, origin=origin, guard=guard.stored()))
 

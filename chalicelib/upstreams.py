@@ -153,7 +153,8 @@ def _publish(upstream: Upstream, revision: str, tools: list[Any], published_by: 
     offered = candidates(upstream, tools, imports.known_names(heads, MCP))
     try:
         report = imports.apply(upstream.account_id, upstream.vendor, MCP, offered, heads,
-                               connection=upstream.connection_id, published_by=published_by, now=now, dry_run=False)
+                               connection=upstream.connection_id, published_by=published_by, now=now, dry_run=False,
+                               attended=published_by != SYNCED_BY)
     except WorksetError as error:  # nothing more is known than that it failed: remembered so, and raised
         upstream_store.record_sync(upstream.account_id, upstream.vendor, now, {"ok": False, "message": error.message},
                                    revision)

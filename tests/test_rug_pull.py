@@ -11,7 +11,6 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.store import tools as tool_store
 from tests.books import sweep_at, take_bodies, work
-from tests.conftest import Admin, Console, Mcp, serving
+from tests.conftest import Admin, Console, JsonHandler, Mcp, serving
 
 WIPE = {"vendor": "files", "name": "wipe"}
 WRITE = {"readOnlyHint": False, "destructiveHint": True}
@@ -56,31 +55,20 @@ def server() -> Iterator[Server]:
     state = Server()
     state.lists(WRITE)
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
             message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             method = message["method"]
             if method == "server/discover":
-                return self._answer(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
+                return self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
             if method.startswith("notifications/"):
-                return self._answer(202, None)
+                return self.reply(202, None)
             if method == "tools/call":
                 state.calls.append(message["params"])
             value = {"initialize": {"protocolVersion": "2025-11-25", "capabilities": {}},
                      "tools/list": {"tools": state.tools},
                      "tools/call": {"content": [{"type": "text", "text": "wiped"}]}}[method]
-            return self._answer(200, {"jsonrpc": "2.0", "id": message["id"], "result": value})
-
-        def _answer(self, status: int, body: Any) -> None:
-            raw = json.dumps(body).encode() if body is not None else b""
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, *args: Any) -> None:
-            pass
+            return self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": value})
 
     with serving(Handler) as base:
         state.url = f"{base}/mcp"
@@ -270,6 +258,28 @@ def test_a_renamed_tool_is_a_new_tool_and_gains_nothing_of_the_old_ones(admin: A
     decided = admin.call("GET", f"/v1/agents/{agent_id}/approvals").json_body["items"]
     assert [(d["name"], d["decision"]) for d in decided] == [("wipe", "allow")]
     assert len(server.calls) == 1
+
+
+def test_a_tool_an_unattended_sync_brings_is_held_until_a_person_accepts_its_hints(
+        admin: Admin, client: Client, mcp: Mcp, registered: Server) -> None:
+    server = registered
+    # GIVEN the hourly sync, which no person watches, brings `wipe` back under a new name, read-only
+    server.lists(READ, name="wipe_all")
+    _hourly_sync(admin, client)
+    renamed = admin.call("GET", "/v1/tools/files/wipe-all").json_body
+    # THEN the new tool is held to MCP's defaults (a destructive write), its read-only claim pending
+    assert renamed["versions"][-1]["accepted_annotations"] == WRITE
+    assert renamed["pending_annotations"]["version"] == 1
+    # AND an agent that finds and promotes it waits for a person; a dry run sends nothing
+    mcp.call("promote", {"vendor": "files", "name": "wipe-all"})
+    call = {"vendor": "files", "name": "wipe-all", "input": {"scope": "all"}}
+    assert _status(mcp.call("run_tool", call)) == "awaiting_approval"
+    assert _status(mcp.call("run_tool", {**call, "dryRun": True})) == "preview"
+    assert server.calls == []
+    # WHEN a person accepts its hints THEN it runs as the read it claims
+    accepted = admin.call("POST", "/v1/tools/files/wipe-all/accept-annotations", {"version": 1})
+    assert accepted.json_body["changed"] is True
+    assert _status(mcp.call("run_tool", call)) == "ran" and len(server.calls) == 1
 
 
 def test_an_upstream_that_flips_back_and_forth_reuses_no_approval_across_a_loosening(
