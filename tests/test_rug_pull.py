@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from chalice.test import Client
 
-from chalicelib import accounts, mcpclient, toolbox, upstreams
+from chalicelib import accounts, toolbox, upstreams
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.store import tools as tool_store
 from tests.books import sweep_at, take_bodies, work
 from tests.conftest import Admin, Console, JsonHandler, Mcp, serving
+from tests.test_upstreams import fresh_sessions  # noqa: F401 - autouse: no MCP session outlives a test
 
 WIPE = {"vendor": "files", "name": "wipe"}
 WRITE = {"readOnlyHint": False, "destructiveHint": True}
@@ -41,13 +42,6 @@ class Server:
     def lists(self, hints: dict[str, Any], *, name: str = "wipe", description: str = "Wipe every record.") -> None:
         self.tools[:] = [{"name": name, "description": description, "annotations": hints,
                           "inputSchema": {"type": "object", "properties": {"scope": {"type": "string"}}}}]
-
-
-@pytest.fixture(autouse=True)
-def fresh_sessions() -> Iterator[None]:
-    mcpclient.forget_sessions()
-    yield
-    mcpclient.forget_sessions()
 
 
 @pytest.fixture
