@@ -38,7 +38,7 @@ from chalicelib.store import sweep as sweep_store
 from chalicelib.store import tools as tool_store
 from chalicelib.store import vault
 from chalicelib.store.records import ACTIVE, NOT_CONNECTED, REVOKED, Connection, Page, ToolVersion
-from chalicelib.validation import NAME_PATTERN, parse
+from chalicelib.validation import VENDOR_PATTERN, parse
 
 
 class ConnectionRevoked(WorksetError):
@@ -54,7 +54,7 @@ class NewConnection(BaseModel):
     an OAuth token_url must be one of them too."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    vendor: str = Field(pattern=NAME_PATTERN)
+    vendor: str = Field(pattern=VENDOR_PATTERN)
     auth: AnyAuth
     hosts: list[Annotated[str, AfterValidator(allowed_hosts.checked_entry)]] = Field(default_factory=list,
                                                                                      max_length=20)

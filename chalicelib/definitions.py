@@ -19,7 +19,7 @@ from chalicelib import outbound, urls
 from chalicelib.errors import InvalidInput, ToolUnavailable
 from chalicelib.guards import Guard, pending
 from chalicelib.store.records import ToolVersion
-from chalicelib.validation import NAME_PATTERN, parse
+from chalicelib.validation import NAME_PATTERN, VENDOR_PATTERN, check_tool_name, parse
 
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 # Sizes as the store writes a definition (JSON with its default spacing, non-ASCII escaped): a
@@ -172,7 +172,7 @@ class UpstreamCall(BaseModel):
     Only syncing a registered upstream publishes these (`upstreams.py`)."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    upstream: str = Field(pattern=NAME_PATTERN)
+    upstream: str = Field(pattern=VENDOR_PATTERN)
     url: str = Field(max_length=2000)
     tool: str = Field(min_length=1, max_length=128)
 
@@ -234,7 +234,7 @@ class ToolSpec(BaseModel):
     """A tool definition as an admin or an agent publishes it, or as syncing an MCP server does."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True, json_schema_extra=_authoring_schema)
-    vendor: str = Field(pattern=NAME_PATTERN)
+    vendor: str = Field(pattern=VENDOR_PATTERN)
     name: str = Field(pattern=NAME_PATTERN)
     description: str = Field(min_length=1, max_length=4000)
     input_schema: dict[str, Any]
@@ -265,6 +265,11 @@ class ToolSpec(BaseModel):
         if size > MAX_DEFINITION_BYTES:
             raise ValueError(f"the definition is {size / 1024:,.0f} KB as JSON; a tool's definition is at most "
                              f"{MAX_DEFINITION_BYTES // 1024} KB")
+        return self
+
+    @model_validator(mode="after")
+    def _mcp_name(self) -> ToolSpec:
+        check_tool_name(self.vendor, self.name)  # a stored definition too: no host could call it
         return self
 
     @model_validator(mode="after")

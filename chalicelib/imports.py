@@ -41,7 +41,7 @@ from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed, WriteRefused
 from chalicelib.store.records import ToolVersion
 from chalicelib.store.tools import NewVersion
-from chalicelib.validation import NAME_PATTERN, parse
+from chalicelib.validation import VENDOR_PATTERN, parse
 
 OPENAPI, MCP = "openapi", "mcp"  # the kinds of source
 VECTORS = "vectors"  # the work queue message that computes a batch of imported tools' vectors
@@ -314,7 +314,7 @@ class OpenApiImport(BaseModel):
     the `url` it is fetched from; `server` overrides the document's server URL."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    vendor: str = Field(pattern=NAME_PATTERN)
+    vendor: str = Field(pattern=VENDOR_PATTERN)
     document: str | dict[str, Any] | None = None
     url: str | None = Field(default=None, max_length=2000)
     server: str | None = Field(default=None, max_length=2000)

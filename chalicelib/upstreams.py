@@ -16,14 +16,13 @@ sync (`POST /v1/upstreams/{vendor}/sync`, or the hourly one) finishes the work.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from chalicelib import connections, credentials, imports, log, mcpclient
+from chalicelib import connections, credentials, imports, log, mcpclient, toolnames
 from chalicelib.config import settings
 from chalicelib.definitions import checked_url
 from chalicelib.errors import Conflict, NotFound, WorksetError
@@ -31,14 +30,12 @@ from chalicelib.imports import MCP, Candidate, Report
 from chalicelib.store import queues
 from chalicelib.store import upstreams as upstream_store
 from chalicelib.store.records import Page, Upstream
-from chalicelib.validation import NAME_PATTERN, parse
+from chalicelib.validation import VENDOR_PATTERN, parse
 
 T = TypeVar("T")
 SYNC = "sync_upstream"  # the work queue message that syncs one server
 SYNC_EVERY = timedelta(hours=1)
 SYNCED_BY = "sweep"  # who published the versions an hourly sync brings (never an agent)
-NAME_CHARS = 31
-_NOT_SLUG = re.compile(r"[^a-z0-9]+")
 _MCP_NAME = re.compile(r"[\x21-\x7e]{1,128}")  # what Workset passes back as the server's own tool name
 _HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 FAILURES_KEPT = 20  # failed tools named in a remembered sync
@@ -49,7 +46,7 @@ class NewUpstream(BaseModel):
     connection whose credential every request to it carries."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    vendor: str = Field(pattern=NAME_PATTERN)
+    vendor: str = Field(pattern=VENDOR_PATTERN)
     url: str = Field(max_length=2000)
     connection: str | None = Field(default=None, max_length=64)
 
@@ -130,7 +127,9 @@ def handle_sync(message: dict[str, Any], now: datetime) -> None:
 def candidates(upstream: Upstream, tools: list[Any], keep_names: dict[str, str]) -> list[Candidate]:
     """A candidate per tool the server lists: its own name kept for `tools/call`, a Workset name
     slugged from it, its schemas and hints; a tool Workset cannot pass on is skipped, with why."""
-    taken = set(keep_names.values())
+    given = toolnames.Names(upstream.vendor)
+    for listed_as, kept in keep_names.items():
+        given.hold(kept, toolnames.words(listed_as))
     found, listed = [], set()
     for index, tool in enumerate(tools):
         own = tool.get("name") if isinstance(tool, dict) else None
@@ -142,8 +141,7 @@ def candidates(upstream: Upstream, tools: list[Any], keep_names: dict[str, str])
                                    label=own))
             continue
         listed.add(own)
-        name = keep_names.get(own) or _unique(_slug(own), own, taken)
-        taken.add(name)
+        name = keep_names.get(own) or given.give(toolnames.words(own) or ["tool"], salt=own)
         found.append(Candidate(own, name, _definition(upstream, own, name, tool), label=own))
     return found
 
@@ -208,22 +206,3 @@ def _typed(holder: dict[str, Any], key: str, kind: type[T]) -> T | None:
     """`holder[key]` when it is a `kind` (what a server sends is not to be trusted), else None."""
     value = holder.get(key)
     return value if isinstance(value, kind) else None
-
-
-def _slug(own: str) -> str:
-    """`get_forecast` -> `get-forecast`; camelCase split; at most NAME_CHARS."""
-    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", own)
-    return _NOT_SLUG.sub("-", spaced.lower()).strip("-") or "tool"
-
-
-def _unique(slug: str, own: str, taken: set[str]) -> str:
-    """The slug when it fits and is free; else cut, with a short hash of the server's own name
-    (salted again while taken: a server can choose names whose hashes begin alike)."""
-    if len(slug) <= NAME_CHARS and slug not in taken:
-        return slug
-    for attempt in range(len(taken) + 1):
-        salted = own if attempt == 0 else f"{own}#{attempt}"
-        name = f"{slug[:NAME_CHARS - 7].rstrip('-')}-{hashlib.sha256(salted.encode()).hexdigest()[:6]}"
-        if name not in taken:
-            return name
-    raise AssertionError("unreachable: more attempts than names taken")

@@ -10,9 +10,30 @@ from pydantic import BaseModel, ValidationError
 from chalicelib.errors import InvalidInput
 
 M = TypeVar("M", bound=BaseModel)
-# a vendor or tool name: `vendor__name` is then a valid MCP tool name under 64 characters
-NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,30}$"
+# A tool is `vendor__name` in MCP: at most TOOL_NAME_MAX characters (Claude's and OpenAI's limit
+# for a tool name). A vendor is at most 31 characters, a name at most NAME_MAX, and the two
+# together at most TOOL_NAME_MAX: `name_budget(vendor)` is what a name may use beside its vendor.
+TOOL_NAME_MAX = 64
+SEPARATOR = "__"
+VENDOR_MAX = 31
+NAME_MAX = TOOL_NAME_MAX - len(SEPARATOR) - 1
+VENDOR_PATTERN = rf"^[a-z0-9][a-z0-9-]{{0,{VENDOR_MAX - 1}}}$"
+NAME_PATTERN = rf"^[a-z0-9][a-z0-9-]{{0,{NAME_MAX - 1}}}$"
 MESSAGE_CHARS = 300
+
+
+def name_budget(vendor: str) -> int:
+    """The most characters a tool name may have beside `vendor`."""
+    return min(NAME_MAX, TOOL_NAME_MAX - len(SEPARATOR) - len(vendor))
+
+
+def check_tool_name(vendor: str, name: str) -> None:
+    """ValueError (starting with the field, as model-level checks do) when `vendor__name` is over
+    TOOL_NAME_MAX characters."""
+    if len(name) > (budget := name_budget(vendor)):
+        raise ValueError(f"name: {vendor}{SEPARATOR}{name} is {len(vendor) + len(SEPARATOR) + len(name)} characters; "
+                         f"an MCP tool name has at most {TOOL_NAME_MAX}, so beside vendor {vendor} a name has at "
+                         f"most {budget}")
 
 
 def parse(model: type[M], payload: Any) -> M:

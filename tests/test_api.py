@@ -115,7 +115,8 @@ def test_publish_keeps_every_version_and_lists_the_newest(admin: Admin) -> None:
     ("overrides", "field"),
     [
         ({"vendor": "Unleashed"}, "vendor"),
-        ({"name": "x" * 32}, "name"),
+        ({"name": "x" * 62}, "name"),  # over NAME_MAX, whatever the vendor
+        ({"name": "x" * 54}, "name"),  # unleashed__ and 54 characters: 65, over MCP's 64
         ({"name": "-lead"}, "name"),
         ({"description": ""}, "description"),
         ({"input_schema": {"type": "array"}}, "input_schema"),

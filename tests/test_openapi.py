@@ -6,7 +6,6 @@ would refuse to publish."""
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -212,19 +211,22 @@ def test_a_document_over_25_mb_is_refused_before_parsing(as_text: bool) -> None:
     ("HTTPServerList", "http-server-list"),
     ("repos/list-for-org", "repos-list-for-org"),
     ("  Pets.Find__All  ", "pets-find-all"),
-    # longer than 31: 24 characters, "-", the first 6 hex of sha256(operationId)
-    ("actions/list-self-hosted-runner-groups-for-org",
-     "actions-list-self-hosted-" + hashlib.sha256(b"actions/list-self-hosted-runner-groups-for-org").hexdigest()[:6]),
-    ("日本", "op-" + hashlib.sha256("日本".encode()).hexdigest()[:6]),  # nothing left to slug
+    ("Café_Liste", "cafe-liste"),
+    # longer than 31 characters: every word kept while `acme__name` fits in 64
+    ("actions/list-self-hosted-runner-groups-for-org", "actions-list-self-hosted-runner-groups-for-org"),
+    # over the 58 characters beside "acme": filler and the vendor's own words go first, then a cut between words
+    ("listTheSelfHostedRunnerGroupsOfTheAcmeOrganizationForTheEnterpriseAccount",
+     "list-self-hosted-runner-groups-organization-enterprise"),
+    ("日本", "get-x"),  # nothing left to slug: the method and the path
 ])
 def test_a_name_is_the_operation_id_slugged(operation_id: str, name: str) -> None:
     # GIVEN an operation with this operationId
     document = _document({"/x": {"get": _operation(operationId=operation_id)}})
 
-    # WHEN it is converted THEN its tool name is the slug (hashed when too long or empty)
+    # WHEN it is converted THEN its tool name is the operationId's words, fitted to the budget
     found = _candidates(document)["GET /x"]
     assert found.name == name and found.operation_id == operation_id
-    assert len(name) <= 31
+    assert len(f"acme__{name}") <= 64
 
 
 def test_without_an_operation_id_the_name_comes_from_method_and_path() -> None:
@@ -242,9 +244,9 @@ def test_names_are_unique_and_the_same_for_the_same_document() -> None:
     first = [candidate.name for candidate in _candidates(document).values()]
     second = [candidate.name for candidate in _candidates(document).values()]
 
-    # THEN the first keeps the slug, the later ones get hashed forms, the same each time
-    assert first[0] == "list-pets"
-    assert len(set(first)) == 3 and all(name.startswith("list-pets-") for name in first[1:])
+    # THEN the first keeps the slug, the later ones get a word that tells them apart (the method, the
+    # path: GET /b shares the first one's method), the same each time
+    assert first == ["list-pets", "list-pets-put", "list-pets-b"]
     assert first == second
 
 
@@ -259,7 +261,7 @@ def test_kept_names_are_reused_and_never_given_to_another_operation() -> None:
 
     # THEN GET /a keeps its name, and GET /b does not take the gone operation's
     assert found["GET /a"].name == "old-name"
-    assert found["GET /b"].name != "list-pets" and found["GET /b"].name.startswith("list-pets-")
+    assert found["GET /b"].name == "list-pets-b"
 
 
 def test_operations_come_in_document_order() -> None:

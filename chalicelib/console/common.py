@@ -25,6 +25,7 @@ from chalicelib.console import present
 from chalicelib.errors import InvalidInput, WorksetError
 from chalicelib.responses import GuardedBlueprint
 from chalicelib.store.records import ACTIVE, Connection, Page
+from chalicelib.validation import VENDOR_PATTERN
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -244,5 +245,6 @@ def _environment() -> Environment:
     environment = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True,
                               undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     environment.filters.update(present.FILTERS)
-    environment.globals.update(url=url, public_url=lambda: settings().public_url)
+    environment.globals.update(url=url, public_url=lambda: settings().public_url,
+                               vendor_pattern=VENDOR_PATTERN.removeprefix("^").removesuffix("$"))
     return environment

@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chalicelib import jsontext, runs, toolbox, workingset
 from chalicelib.causes import Cause, PromotedBy
@@ -16,7 +16,7 @@ from chalicelib.definitions import Tool, ToolSpec, first_line, parse_spec
 from chalicelib.errors import ConnectionNotInScope, ToolUnavailable
 from chalicelib.outcomes import Outcome, RunStatus
 from chalicelib.store.records import AgentState
-from chalicelib.validation import NAME_PATTERN, parse
+from chalicelib.validation import NAME_PATTERN, VENDOR_PATTERN, check_tool_name, parse
 
 SEPARATOR = "__"
 ALWAYS_LOAD = "anthropic/alwaysLoad"
@@ -44,8 +44,13 @@ class FindToolArgs(BaseModel):
 
 class ToolRef(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    vendor: str = Field(pattern=NAME_PATTERN, description="The tool's vendor, as find_tool answers it.")
+    vendor: str = Field(pattern=VENDOR_PATTERN, description="The tool's vendor, as find_tool answers it.")
     name: str = Field(pattern=NAME_PATTERN, description="The tool's name, as find_tool answers it.")
+
+    @model_validator(mode="after")
+    def _mcp_name(self) -> ToolRef:
+        check_tool_name(self.vendor, self.name)
+        return self
 
 
 class PromoteArgs(ToolRef):

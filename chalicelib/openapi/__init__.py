@@ -39,7 +39,7 @@ from chalicelib.openapi.reading import MAX_DOCUMENT_BYTES, check_version, expans
 from chalicelib.openapi.refs import Refs
 from chalicelib.openapi.schemas import Schemas, json_size
 from chalicelib.openapi.servers import Servers
-from chalicelib.validation import NAME_PATTERN
+from chalicelib.validation import VENDOR_PATTERN
 
 __all__ = ["CARRIABLE_AUTH", "MAX_DOCUMENT_BYTES", "MAX_INPUT_NESTING", "Candidate", "candidates", "expansion_limit",
            "read_document"]
@@ -71,8 +71,8 @@ def candidates(document: dict[str, Any], *, vendor: str, base_url: str | None = 
     server to resolve it against, more operations than one import takes, definitions that come to
     more than `budget` bytes...)."""
     check_version(document)
-    if not operations.NAME.fullmatch(vendor):
-        raise InvalidInput(f"vendor {shown(vendor)} must match {NAME_PATTERN}", field="vendor")
+    if not operations.VENDOR.fullmatch(vendor):
+        raise InvalidInput(f"vendor {shown(vendor)} must match {VENDOR_PATTERN}", field="vendor")
     refs = Refs(document)
     found = operations.listed(refs, limit=MAX_LISTED)
     reasons = [operations.filtered(operation, include, exclude) for operation in found]
@@ -83,7 +83,7 @@ def candidates(document: dict[str, Any], *, vendor: str, base_url: str | None = 
     builder = Builder(Schemas(refs), Servers(document, base_url=base_url, server=server), vendor=vendor)
     left = budget if budget is not None else MAX_DOCUMENT_BYTES
     answer = []
-    for operation, name, reason in zip(found, operations.names(found, keep_names), reasons, strict=True):
+    for operation, name, reason in zip(found, operations.names(found, keep_names, vendor), reasons, strict=True):
         definition = None
         if reason is None:
             try:

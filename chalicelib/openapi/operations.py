@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chalicelib import toolnames
 from chalicelib.errors import InvalidInput
 from chalicelib.openapi.problems import Skip, Where, at, shown
 from chalicelib.openapi.refs import Refs
-from chalicelib.validation import NAME_PATTERN
+from chalicelib.validation import NAME_PATTERN, VENDOR_PATTERN, name_budget
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 NAME = re.compile(NAME_PATTERN)
+VENDOR = re.compile(VENDOR_PATTERN)
+TAGS_READ = 4
 
 
 @dataclass(frozen=True)
@@ -69,25 +71,33 @@ def listed(refs: Refs, *, limit: int) -> list[Operation]:
     return found
 
 
-def names(operations: list[Operation], keep_names: Mapping[str, str]) -> list[str]:
+def names(operations: list[Operation], keep_names: Mapping[str, str], vendor: str) -> list[str]:
     """Tool names: a name kept from an earlier import first (and never another operation's), then
-    each operation's slug in document order, hashed when taken or too long."""
-    reserved = {name for name in keep_names.values() if isinstance(name, str) and NAME.fullmatch(name)}
+    each operation's operationId in words (or its method and path) in document order, fitted to
+    `vendor__name`'s 64 characters (`toolnames`); a name taken gets a word that tells the two
+    operations apart (the method, a path segment, a tag), a hash only when none does."""
+    given = toolnames.Names(vendor)
     chosen: dict[str, str] = {}
-    given: set[str] = set()
+    reused: set[str] = set()
+    for key, name in keep_names.items():  # removed operations' names too: never given to another
+        if isinstance(name, str) and fits(vendor, name) and name not in given:
+            given.hold(name, _described(key))
     for operation in operations:
         kept = keep_names.get(operation.key)
-        if kept in reserved and kept not in given:
+        if isinstance(kept, str) and kept in given and kept not in reused:
             chosen[operation.key] = kept
-            given.add(kept)
-    taken = reserved | given
-    tried: dict[str, int] = {}  # source -> hashes of it already taken (so many operations sharing one stay linear)
+            reused.add(kept)
     for operation in operations:
         if operation.key not in chosen:
-            chosen[operation.key] = name = _fresh_name(operation.operation_id or f"{operation.method} {operation.path}",
-                                                       taken, tried)
-            taken.add(name)
+            source = operation.operation_id or ""
+            parts = toolnames.words(source) or toolnames.words(f"{operation.method} {operation.path}") or ["op"]
+            chosen[operation.key] = given.give(parts, _qualifiers(operation), salt=source or operation.key)
     return [chosen[operation.key] for operation in operations]
+
+
+def fits(vendor: str, name: str) -> bool:
+    """True for a valid tool name beside `vendor` (`vendor__name` at most 64 characters)."""
+    return NAME.fullmatch(name) is not None and len(name) <= name_budget(vendor)
 
 
 def filtered(operation: Operation, include: Sequence[str], exclude: Sequence[str]) -> str | None:
@@ -100,28 +110,20 @@ def filtered(operation: Operation, include: Sequence[str], exclude: Sequence[str
     return None
 
 
-def _fresh_name(source: str, taken: set[str], tried: dict[str, int]) -> str:
-    slug = _slug(source)
-    if slug and len(slug) <= 31 and slug not in taken:
-        return slug
-    head = slug[:24].rstrip("-") or "op"
-    # Another hash while taken (operations sharing one operationId). Names only join `taken`, so the
-    # attempts an earlier operation of the same source spent are taken still: start after them.
-    start = tried.get(source, 0)
-    for attempt in range(start, start + len(taken) + 1):
-        salted = source if attempt == 0 else f"{source}#{attempt}"
-        name = f"{head}-{hashlib.sha256(salted.encode('utf-8', 'surrogatepass')).hexdigest()[:6]}"
-        if name not in taken:
-            tried[source] = attempt + 1
-            return name
-    raise AssertionError("unreachable: more attempts than names taken")
+def _qualifiers(operation: Operation) -> list[str]:
+    """Words that may tell an operation from another of the same name: its method, its path's
+    segments from the last, its tags (a few of each: a hostile document may list thousands)."""
+    tags = operation.spec.get("tags")
+    tag_words = [word for tag in tags[:TAGS_READ] if isinstance(tag, str) for word in toolnames.words(tag)] \
+        if isinstance(tags, list) else []
+    return [*_described(operation.key), *tag_words]
 
 
-def _slug(text: str) -> str:
-    """getPetById -> get-pet-by-id; HTTPServer -> http-server; anything else than [a-z0-9] -> "-"."""
-    text = re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", text)
-    text = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1-\2", text)
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+def _described(key: str) -> list[str]:
+    """"GET /pets/{petId}" -> get, id, pet, pets: the method, then the path's words from the end."""
+    method, _, path = key.partition(" ")
+    segments = path[:toolnames.SOURCE_CHARS].split("/")
+    return [method.lower(), *(word for segment in reversed(segments) for word in reversed(toolnames.words(segment)))]
 
 
 def _matches(entry: str, operation: Operation) -> bool:

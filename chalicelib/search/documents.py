@@ -19,7 +19,7 @@ VECTOR_BYTES = embedder.DIMENSIONS * 2
 @dataclass(frozen=True)
 class Document:
     key: str  # opaque id, e.g. "vendor/name"
-    vendor: str  # ^[a-z0-9][a-z0-9-]{0,30}$
+    vendor: str  # validation.VENDOR_PATTERN
     name: str  # same pattern, e.g. "list-sales-orders"
     description: str
     # document_vector(vendor, name, description); computed if None; PENDING: not computed yet
