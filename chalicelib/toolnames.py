@@ -39,7 +39,7 @@ def words(text: str) -> list[str]:
 
 def fit(parts: Sequence[str], budget: int, *, vendor: str = "") -> list[str]:
     """The words of a name of at most `budget` characters: all of them when they fit; else without
-    redundant words, then cut at a word boundary (a first word longer than the budget is cut)."""
+    redundant words, then with a run of middle words left out (`_cut`)."""
     kept = list(parts)
     length = _length(kept)
     if length <= budget:
@@ -51,14 +51,11 @@ def fit(parts: Sequence[str], budget: int, *, vendor: str = "") -> list[str]:
         gone.add(index)
         length -= len(kept[index]) + 1
     kept = [word for index, word in enumerate(kept) if index not in gone]
-    if length <= budget:
-        return kept
-    cut: list[str] = []
-    for word in kept:
-        if _length([*cut, word]) > budget:
-            break
-        cut.append(word)
-    return cut or [kept[0][:budget]]
+    if length > budget:
+        kept = _cut(kept, budget)
+    while len(kept) > 1 and kept[-1] in FILLER and kept[-1] != parts[-1]:  # "...-by-id-and" once "status" left
+        kept.pop()
+    return kept
 
 
 class Names:
@@ -118,6 +115,31 @@ class Names:
 
 def _length(parts: Sequence[str]) -> int:
     return sum(len(word) for word in parts) + max(len(parts) - 1, 0)
+
+
+def _cut(parts: list[str], budget: int) -> list[str]:
+    """The first and the last words and as many around them as fit, taken from both ends in turn
+    (the verb is often first, the resource or the method last): a run of middle words is dropped."""
+    if len(parts[0]) >= budget or len(parts) == 1:
+        return [parts[0][:budget]]
+    if len(parts[0]) + 1 + len(parts[-1]) > budget:
+        return [parts[0]]
+    front, back = 1, len(parts) - 1  # parts[:front] and parts[back:] are kept
+    length = len(parts[0]) + 1 + len(parts[-1])
+    sides = [True, False]  # the front's turn, then the back's, while each has room
+    while front < back and sides:
+        for at_front in list(sides):
+            word = parts[front] if at_front else parts[back - 1]
+            if front >= back or length + 1 + len(word) > budget:
+                sides.remove(at_front)
+                continue
+            length += 1 + len(word)
+            front, back = (front + 1, back) if at_front else (front, back - 1)
+    while front > 1 and parts[front - 1] in FILLER:  # no "...-count-by" at the cut
+        front -= 1
+    while back < len(parts) - 1 and parts[back] in FILLER:
+        back += 1
+    return [*parts[:front], *parts[back:]]
 
 
 def _redundant(parts: Sequence[str], vendor_words: set[str]) -> list[int]:
