@@ -214,9 +214,9 @@ def test_a_document_over_25_mb_is_refused_before_parsing(as_text: bool) -> None:
     ("Café_Liste", "cafe-liste"),
     # longer than 31 characters: every word kept while `acme__name` fits in 64
     ("actions/list-self-hosted-runner-groups-for-org", "actions-list-self-hosted-runner-groups-for-org"),
-    # over the 58 characters beside "acme": filler and the vendor's own words go first, then a cut between words
+    # over the 58 characters beside "acme": filler and the vendor's own words go first, then a middle word
     ("listTheSelfHostedRunnerGroupsOfTheAcmeOrganizationForTheEnterpriseAccount",
-     "list-self-hosted-runner-groups-organization-enterprise"),
+     "list-self-hosted-runner-organization-enterprise-account"),
     ("日本", "get-x"),  # nothing left to slug: the method and the path
 ])
 def test_a_name_is_the_operation_id_slugged(operation_id: str, name: str) -> None:
