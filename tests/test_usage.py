@@ -13,7 +13,7 @@ from chalice.test import Client
 from chalicelib import usage
 from chalicelib.clock import utcnow
 from chalicelib.store.models import MemoryItem
-from tests.conftest import Admin, Mcp
+from tests.conftest import Admin, Console, Mcp
 
 QUERY = "list the sales orders"
 PARAPHRASE = "show me the sales orders"
@@ -221,3 +221,28 @@ def test_a_flooding_agent_stays_bounded_and_cannot_put_an_unrelated_tool_first(
     assert memory(admin)["count"] == 8 and len(stored_pairs()) == 8
     assert ranked(mcp, "send an email to the customer")[0] == "mailer/send-email"
     assert ranked(mcp, "email my customer")[0] == "mailer/send-email"
+
+
+def test_the_console_account_card_shows_the_memory_and_resets_it(admin: Admin, mcp: Mcp, console: Console) -> None:
+    # GIVEN a pair learned from a request with markup in it
+    twins(admin)
+    query = "list the <b>sales</b> orders"
+    mcp.call("promote", ref(ranked(mcp, query)[1]))
+    # WHEN the person opens the account page
+    page = console.get("/console/account").body.decode()
+    # THEN the card shows the count and the request, as text
+    assert 'id="learned-count">1<' in page
+    assert "list the &lt;b&gt;sales&lt;/b&gt; orders" in page and "<b>sales</b>" not in page
+    # WHEN they reset it THEN it is empty, on the page and in the table
+    assert console.post("/console/account/search-memory/reset").status_code == 303
+    assert 'id="learned-count">0<' in console.get("/console/account").body.decode()
+    assert stored_pairs() == []
+
+
+def test_the_reset_needs_the_sessions_csrf_token(admin: Admin, mcp: Mcp, console: Console) -> None:
+    # GIVEN a pair learned
+    twins(admin)
+    mcp.call("promote", ref(ranked(mcp, QUERY)[1]))
+    # WHEN a form without the session's CSRF token asks for the reset THEN nothing is deleted
+    assert console.post("/console/account/search-memory/reset", csrf="forged").status_code in (400, 403)
+    assert memory(admin)["count"] == 1
