@@ -57,9 +57,13 @@ OPERATIONS = [
     ("demote", 3),
     ("first-class call of a promoted read tool", 4),  # issue 2 said 3; durable runs add the end write
     # issue 2 said 2; the index no longer holds every definition (issue 14): the hits are one BatchGetItem
-    ("find_tool, warm instance", 3),
+    # issue 25 (learning from use): +1 PutItem remembers what the search answered, so a follow-up
+    # can credit it; what the account learned is read with the revision's GetItem
+    ("find_tool, warm instance", 4),
     ("find_tool, cold instance", None),
     ("run_tool (read tool, not promoted)", None),
+    ("promote of a tool find_tool just listed (learns the pair)", None),
+    ("find_tool, warm, after the account learned a pair", None),
     # issue 15: OAuth (Workset as its own authorization server)
     ("OAuth: redeem a code at /oauth/token", None),
     ("tools/list with an OAuth access token (nothing promoted)", 1),  # one Query authenticates it too
@@ -103,7 +107,15 @@ def main() -> None:
                                                      mcp.call("find_tool", {"query": "sales orders"})),
                 "run_tool (read tool, not promoted)": lambda: mcp.call(
                     "run_tool", {"vendor": "unleashed", "name": "tool-5", "input": {"customer": "a"}}),
+                "promote of a tool find_tool just listed (learns the pair)": lambda: mcp.call(
+                    "promote", {"vendor": "unleashed", "name": "tool-5"}),
+                "find_tool, warm, after the account learned a pair": lambda: mcp.call(
+                    "find_tool", {"query": "sales orders"}),
             }
+            # unmeasured steps before an operation
+            prepare = {"promote of a tool find_tool just listed (learns the pair)": lambda: (
+                mcp.call("demote", {"vendor": "unleashed", "name": "tool-5"}),
+                mcp.call("find_tool", {"query": "unleashed sales orders tool 5"}))}
             oauth_client = _OAuthClient(client, account.account_id, admin.create_agent("chat")["id"])
             runs |= {
                 "OAuth: redeem a code at /oauth/token": oauth_client.redeem,
@@ -113,6 +125,7 @@ def main() -> None:
             mcp.call("find_tool", {"query": "warm up"})
             print(f"{'operation':45} {'calls':>5} {'target':>6}  by API operation")
             for label, target in OPERATIONS:
+                prepare.get(label, lambda: None)()
                 with counter.measure() as made:
                     runs[label]()
                 verdict = "" if target is None else ("ok" if len(made) <= target else "OVER")

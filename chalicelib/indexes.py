@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from chalicelib.config import settings
 from chalicelib.store import tools as tool_store
 from chalicelib.store.records import ToolVersion
+from chalicelib.store.usage import Memory
 
 if TYPE_CHECKING:
     from chalicelib.search.documents import Document
@@ -49,7 +50,13 @@ _lock = threading.Lock()  # one refresh at a time: a burst of searches on a stal
 
 def current(account_id: str) -> SearchIndex:
     """The account's search index as of the toolbox's current revision."""
-    revision = tool_store.toolbox_revision(account_id)
+    return current_with_memory(account_id)[0]
+
+
+def current_with_memory(account_id: str) -> tuple[SearchIndex, Memory]:
+    """The account's search index as of the toolbox's current revision, and where what its
+    searches learned from use is (chalicelib/usage.py), read in the same GetItem."""
+    revision, memory = tool_store.search_revisions(account_id)
     rebuilt = False
     if not _holds(account_id, revision):
         with _lock:
@@ -60,7 +67,7 @@ def current(account_id: str) -> SearchIndex:
         evicted = _keep(account_id, entry)
     if rebuilt or evicted:
         _release_freed_memory()  # the old indexes are unreferenced by now, unless a search still runs on one
-    return entry.index
+    return entry.index, memory
 
 
 def _holds(account_id: str, revision: int) -> bool:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from chalicelib import accounts, connections, guards, hosts, indexes, log
+from chalicelib import accounts, connections, guards, hosts, indexes, log, usage
 from chalicelib.config import settings
 from chalicelib.definitions import Tool, ToolSpec
 from chalicelib.errors import (
@@ -223,8 +223,10 @@ def versions(account_id: str, vendor: str, name: str, *, consistent: bool = Fals
 def search(account_id: str, query: str, limit: int) -> tuple[list[Tool], int]:
     """The best `limit` tools for a query, and how many more matched (counted up to
     MORE_COUNTED). The index is the warm instance's, kept current with the toolbox
-    (chalicelib/indexes.py); the hits are read fresh (one BatchGetItem)."""
-    hits = indexes.current(account_id).search(query, limit + MORE_COUNTED)
+    (chalicelib/indexes.py), and so is what the account's use taught it (chalicelib/usage.py);
+    the hits are read fresh (one BatchGetItem)."""
+    index, learned = indexes.current_with_memory(account_id)
+    hits = index.search(query, limit + MORE_COUNTED, memory=usage.memory(account_id, learned))
     return resolve_many(account_id, [indexes.tool_of(key) for key, _ in hits[:limit]]), max(len(hits) - limit, 0)
 
 

@@ -46,6 +46,7 @@ def exercise_store() -> set[str]:
         sweep,
         tools,
         upstreams,
+        usage,
         vault,
     )
     from chalicelib.store.agents import DemotionGuard, News
@@ -58,6 +59,7 @@ def exercise_store() -> set[str]:
         OAuthClient,
         Promotion,
         Run,
+        SeenSearch,
         Upstream,
     )
 
@@ -115,6 +117,19 @@ def exercise_store() -> set[str]:
     orders = run(tools.get_head, "acct", "acme", "orders")
     run(tools.accept_guard, "acct", orders, {"readOnlyHint": True, "destructiveHint": False, "accepted_in": 1},
         "admin:0123456789ab", now)
+    # What find_tool learns from use: an agent's last searches, a credited pair, the memory's
+    # listing and its reset (issue 25).
+    assert run(tools.search_revisions, "acct")[1] == usage.Memory(0, 0)
+    assert run(usage.memory, "acct") == usage.Memory(0, 0)
+    seen = SeenSearch("orders please", ("acme/orders",), now, 0)
+    run(usage.save_searches, "a1", [seen])
+    run(usage.credit, "acct", 0, "orders please", "acme", "orders", b"q" * 768, now, evict=["M#gone"], agent_id="a1",
+        searches=[replace(seen, credited=("acme/orders",))], retention=timedelta(days=1))
+    assert [pair.count for pair in run(usage.pairs, "acct", 0)] == [1]
+    assert list(run(usage.ages, "acct", 0)) == [usage.pair_sk("orders please", "acme", "orders")]
+    assert run(usage.count, "acct", 0) == 1
+    assert len(run(usage.page_pairs, "acct", 0, limit=10, cursor=None).items) == 1
+    assert run(usage.reset, "acct") == 1
     run(upstreams.put, Upstream("acct", "docs", "https://mcp.acme.test/mcp", now))
     assert run(upstreams.get, "acct", "docs").url == "https://mcp.acme.test/mcp"
     assert [found.vendor for found in run(upstreams.list_all, "acct", limit=10).items] == ["docs"]
@@ -341,7 +356,8 @@ NOT_CALLED_BY_THE_FUNCTION = {"base", "models", "records", "tables"}
 # Public store functions that build items, attributes or update actions without calling AWS.
 PURE = {"chalicelib.store.history.new_item", "chalicelib.store.agents.due_fields",
         "chalicelib.store.agents.review_actions", "chalicelib.store.agents.decision_record",
-        "chalicelib.store.base.page"}
+        "chalicelib.store.base.page", "chalicelib.store.usage.pair_sk", "chalicelib.store.usage.memory_of",
+        "chalicelib.store.usage.searches_of"}
 # Public store functions that only the local stack and tests call: the deployed function must
 # not be able to (the template makes the key and its alias), or need not (the template makes the
 # queues, and Lambda's event sources receive and delete their messages).

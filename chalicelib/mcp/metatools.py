@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from chalicelib import jsontext, runs, toolbox, workingset
+from chalicelib import jsontext, runs, toolbox, usage, workingset
 from chalicelib.causes import Cause, PromotedBy
 from chalicelib.definitions import Tool, ToolSpec, first_line, parse_spec
 from chalicelib.errors import ConnectionNotInScope, ToolUnavailable
@@ -164,6 +164,7 @@ def _find_tool(call: Call, raw: Any) -> Outcome:
     args = parse(FindToolArgs, raw)
     found, more = toolbox.search(call.state.agent.account_id, args.query, args.limit)
     hits = [_hit(call.state, tool) for tool in found]
+    usage.observe_search(call.state, args.query, [(tool.spec.vendor, tool.spec.name) for tool in found], call.now)
     if not hits:
         return Outcome(structured={
             "hits": [], "more": 0,
@@ -200,6 +201,7 @@ def _promote(call: Call, raw: Any) -> Outcome:
     change = workingset.promote(call.state, args.vendor, args.name, by=PromotedBy.AGENT,
                                 actor=call.state.agent.agent_id, now=call.now, pinned=args.pinned)
     assert change.tool is not None
+    usage.credit(call.state, args.vendor, args.name, call.now)
     answer: dict[str, Any] = {"size": change.size, "tool": tool_definition(change.tool)}
     if args.pinned:
         answer["pinned"] = change.pinned
@@ -229,7 +231,9 @@ def _demote(call: Call, raw: Any) -> Outcome:
 
 def _run_tool(call: Call, raw: Any) -> Outcome:
     args = parse(RunToolArgs, raw)
-    return runs.call(call.state, args.vendor, args.name, args.input, dry_run=args.dryRun, now=call.now)
+    outcome = runs.call(call.state, args.vendor, args.name, args.input, dry_run=args.dryRun, now=call.now)
+    usage.credit(call.state, args.vendor, args.name, call.now)
+    return outcome
 
 
 def _acquire(call: Call, raw: Any) -> Outcome:

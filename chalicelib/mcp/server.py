@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chalicelib import accounts, jsontext, log, runs, workingset
+from chalicelib import accounts, jsontext, log, runs, usage, workingset
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
@@ -198,7 +198,9 @@ def _call(state: AgentState, name: str, arguments: dict[str, Any], now: datetime
         ref = split_name(name)
         if ref is None or state.promotion(*ref) is None:
             raise ProtocolError(INVALID_PARAMS, _unknown_tool(name, ref))
-        return runs.call(state, *ref, arguments, dry_run=False, now=now)
+        outcome = runs.call(state, *ref, arguments, dry_run=False, now=now)
+        usage.credit(state, *ref, now)
+        return outcome
     except WorksetError as error:
         return failure(error)
 

@@ -28,6 +28,7 @@ from chalicelib.search.bm25 import Lexicon, Terms
 from chalicelib.search.documents import PENDING, Document, stored_vectors
 from chalicelib.search.static import StaticVectors, static_texts
 from chalicelib.search.text import content_words, is_known_word, name_words
+from chalicelib.search.usage import Memory
 
 # Picked on the tuning subset (every 10th MetaTool query); see bench/find_tool_quality.py.
 W_SENTENCE = 1.0
@@ -150,8 +151,10 @@ class SearchIndex:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def search(self, query: str, limit: int = 10) -> list[tuple[str, float]]:
+    def search(self, query: str, limit: int = 10, memory: Memory | None = None) -> list[tuple[str, float]]:
         """Keys with scores, best first; only real hits (empty list when nothing is relevant).
+        `memory`: the account's own use (search/usage.py), a capped boost for what similar
+        requests led to; it reorders hits, never adds one.
 
         Scores are a weighted sum of per-query normalised signals: higher is better, but
         they are only comparable within one query.
@@ -177,6 +180,8 @@ class SearchIndex:
         fused = (W_SENTENCE * sentence
                  + W_STATIC * zscore(signals.static.cosine(query))
                  + W_KEYWORD * (keyword / top if top > 0 else keyword) + W_NAME * named)
+        if memory is not None:
+            fused = fused + memory.boost(query_vector, self._rows, len(self._keys))
         fused = np.round(fused, 6)  # scores as answered: equal ones (to a rounding) are ordered by key
         hits = np.flatnonzero((keyword > 0) | (cosine >= HIT_COSINE))
         order = hits[np.lexsort((self._key_order[hits], -fused[hits]))][:limit]

@@ -24,12 +24,24 @@ from chalicelib.store.models import (
     ApprovalItem,
     GrantItem,
     PromotionItem,
+    SearchesItem,
     approval_sk,
     promotion_sk,
     shard,
     tool_key,
 )
-from chalicelib.store.records import ALLOW, Agent, AgentState, Approval, Grant, HistoryEvent, Page, Promotion
+from chalicelib.store.records import (
+    ALLOW,
+    Agent,
+    AgentState,
+    Approval,
+    Grant,
+    HistoryEvent,
+    Page,
+    Promotion,
+    SeenSearch,
+)
+from chalicelib.store.usage import searches_of
 
 
 def create_agent(agent: Agent, key_hash: str, *, webhook_secret: bytes | None = None) -> None:
@@ -58,6 +70,7 @@ def load_state(agent_id: str) -> AgentState | None:
     promotions: list[Promotion] = []
     approvals: list[Approval] = []
     grants: list[Grant] = []
+    searches: tuple[SeenSearch, ...] = ()
     for item in AgentPartitionItem.query(agent_id):
         if isinstance(item, AgentSettingsItem):
             settings_item = item
@@ -67,6 +80,8 @@ def load_state(agent_id: str) -> AgentState | None:
             approvals.append(decision_record(item))
         elif isinstance(item, GrantItem):
             grants.append(_grant(item))
+        elif isinstance(item, SearchesItem):
+            searches = searches_of(item)
     if settings_item is None:
         return None
     promotions.sort(key=lambda p: (p.promoted_at, p.vendor, p.name))
@@ -83,6 +98,7 @@ def load_state(agent_id: str) -> AgentState | None:
         webhook_url=settings_item.webhook_url,
         webhook_secret=bytes(settings_item.webhook_secret) if settings_item.webhook_secret else None,
         grants=tuple(sorted(grants, key=lambda grant: grant.created_at)),
+        searches=searches,
     )
 
 

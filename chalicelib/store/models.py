@@ -12,7 +12,10 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
   server whose tools are that vendor's. In the account's own change partition (`<account>#changes`),
   `C#0000000042` records which heads revision 42 of the toolbox changed: a warm search index reads
   the records since the revision it holds (one Query of a small partition) instead of the whole
-  toolbox; the table's TTL drops them after CHANGE_RETENTION.
+  toolbox; the table's TTL drops them after CHANGE_RETENTION. In the account's memory partition
+  (`<account>#memory#<generation>`), `M#<hash>` is one (request, tool) pair find_tool learned
+  from (chalicelib/usage.py): one Query reads them all (at most MEMORY_PAIRS); a reset moves the
+  account's `memory_generation` on, so the old partition is out of sight at once, then deleted.
 - `history`: one partition per agent, sorted by event id (time first), append-only: promotions,
   demotions, pins and unpins.
 - `runs`: one item per call, by run id; `by_agent` lists an agent's runs, the sparse
@@ -67,6 +70,8 @@ SHARDS = 4  # partitions of each index the sweep reads: a sweep with nothing due
 VERSION_PREFIX = "V#"
 UPSTREAM_PREFIX = "U#"
 CHANGE_PREFIX = "C#"
+MEMORY_PREFIX = "M#"
+SEARCHES_SK = "S#"
 
 
 def _strings(**options: Any) -> ListAttribute[str]:
@@ -100,6 +105,11 @@ class AccountItem(Model):
     allowed_hosts = _strings(null=True)
     # moves on when a person ends every console session of the account
     console_epoch = NumberAttribute(default=0)
+    # find_tool's memory of the account's use (chalicelib/usage.py): the generation names the
+    # partition its pairs live in (a reset moves it on); the revision moves on with every change,
+    # so a warm instance rereads the pairs only then (read with the toolbox revision, one GetItem)
+    memory_generation = NumberAttribute(null=True)
+    memory_revision = NumberAttribute(null=True)
 
 
 class AdminTokenItem(Model):
@@ -361,6 +371,14 @@ class GrantItem(AgentPartitionItem, discriminator="grant"):
     revoked_at = UTCDateTimeAttribute(null=True)
 
 
+class SearchesItem(AgentPartitionItem, discriminator="searches"):
+    """What the agent's last few find_tool calls answered (`SEARCHES_SK`), so that a promote, a
+    run_tool or a call that follows can credit the request that found the tool: one small item,
+    overwritten by each search, read with the rest of the partition at no extra call."""
+
+    searches = JSONAttribute(default=list)
+
+
 class _UpstreamsIndex(GlobalSecondaryIndex["Model"]):
     """Every registered MCP server in the fleet, spread over SHARDS partitions: the hourly sync
     reads only these (sparse: only an upstream item carries `upstream_shard`)."""
@@ -452,6 +470,26 @@ class ToolChangeItem(Model):
     sk = UnicodeAttribute(range_key=True)
     kind = UnicodeAttribute(default="change")
     tools = _strings(default=list)  # "vendor/name" of each head written
+    ttl = TTLAttribute(null=True)
+
+
+class MemoryItem(Model):
+    """One (request, tool) pair find_tool learned from, in the account's memory partition
+    (`memory_partition`) under `M#<hash of request and tool>`: how often, since when, and the
+    request's MiniLM vector (computed once, here). TTL drops pairs unused for MEMORY_RETENTION,
+    and any a reset's deletes left behind."""
+
+    Meta = _meta("tools")
+    account_id = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    kind = UnicodeAttribute(default="memory")
+    request = UnicodeAttribute()  # not `query`: that is pynamodb's Model.query
+    vendor = UnicodeAttribute()
+    name = UnicodeAttribute()
+    times = NumberAttribute()  # not `count`: that is pynamodb's Model.count
+    first_seen = UTCDateTimeAttribute()
+    last_seen = UTCDateTimeAttribute()
+    vector = BinaryAttribute(legacy_encoding=False)
     ttl = TTLAttribute(null=True)
 
 
@@ -648,6 +686,11 @@ def change_partition(account_id: str) -> str:
 def change_sk(revision: int) -> str:
     """Range key of a revision's change record; zero-padded so records sort numerically."""
     return f"{CHANGE_PREFIX}{revision:010d}"
+
+
+def memory_partition(account_id: str, generation: int) -> str:
+    """Hash key of an account's memory of its use, in one generation (a reset starts the next)."""
+    return f"{account_id}#memory#{generation}"
 
 
 def version_sk(vendor: str, name: str, version: int) -> str:

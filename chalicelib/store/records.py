@@ -137,6 +137,32 @@ class Approval:
 
 
 @dataclass(frozen=True)
+class SeenSearch:
+    """One find_tool answer an agent had (chalicelib/usage.py): the request, the hits it listed
+    ("vendor/name"), when, the account's memory generation then, and the hits already credited."""
+
+    query: str
+    hits: tuple[str, ...]
+    at: datetime
+    generation: int
+    credited: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LearnedPair:
+    """A (request, tool) pair find_tool learned from: how often and when (`vector`: the
+    request's MiniLM vector, empty where a listing does not read it)."""
+
+    query: str
+    vendor: str
+    name: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    vector: bytes = field(default=b"", repr=False)
+
+
+@dataclass(frozen=True)
 class AgentState:
     """Everything one Query of the agent's partition tells: settings, keys, set, approvals,
     and the leases of its runs in flight."""
@@ -153,6 +179,7 @@ class AgentState:
     webhook_url: str | None = None
     webhook_secret: bytes | None = field(default=None, repr=False)
     grants: tuple[Grant, ...] = ()  # OAuth grants, revoked ones included, oldest first
+    searches: tuple[SeenSearch, ...] = ()  # the last few find_tool answers, newest first
 
     def in_flight(self, now: datetime) -> bool:
         """True while any run of the agent holds a lease, judged with the clock skew allowance

@@ -34,6 +34,7 @@ from chalicelib.store.models import (
     version_sk,
 )
 from chalicelib.store.records import Page, ToolVersion
+from chalicelib.store.usage import Memory, memory_of
 
 
 def get_head(account_id: str, vendor: str, name: str) -> ToolVersion | None:
@@ -108,6 +109,14 @@ def toolbox_revision(account_id: str, *, consistent: bool = False) -> int:
     """A counter that every change to the toolbox's heads moves on by one."""
     item = AccountItem.get(account_id, attributes_to_get=["account_id", "toolbox_revision"], consistent_read=consistent)
     return int(item.toolbox_revision or 0)
+
+
+def search_revisions(account_id: str) -> tuple[int, Memory]:
+    """The toolbox revision, and the generation and revision of what its searches learned from
+    use (chalicelib/usage.py), in one GetItem."""
+    item = AccountItem.get(account_id, attributes_to_get=["account_id", "toolbox_revision", "memory_generation",
+                                                          "memory_revision"])
+    return int(item.toolbox_revision or 0), memory_of(item)
 
 
 def changed_since(account_id: str, revision: int, current: int) -> set[tuple[str, str]] | None:
