@@ -26,14 +26,15 @@ HASH_CHARS = 6
 FILLER = frozenset({"a", "an", "the", "of", "for", "by", "to", "in", "on", "at", "with", "and", "from", "api"})
 _VERSION = re.compile(r"v\d+")
 _NOT_WORD = re.compile(r"[^a-z0-9]+")
+_LOWER_UPPER = re.compile(r"([a-z0-9])([A-Z])")
+_UPPER_WORD = re.compile(r"([A-Z]+)([A-Z][a-z])")
 
 
 def words(text: str) -> list[str]:
     """getPetById -> get pet by id; HTTPServer -> http server; café -> cafe; anything but letters
     and digits separates words."""
     text = unicodedata.normalize("NFKD", text[:SOURCE_CHARS]).encode("ascii", "ignore").decode("ascii")
-    text = re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", text)
-    text = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1-\2", text)
+    text = _UPPER_WORD.sub(r"\1-\2", _LOWER_UPPER.sub(r"\1-\2", text))
     return [word for word in _NOT_WORD.split(text.lower()) if word]
 
 
