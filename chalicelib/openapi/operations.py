@@ -122,8 +122,7 @@ def _qualifiers(operation: Operation) -> list[str]:
 def _described(key: str) -> list[str]:
     """"GET /pets/{petId}" -> get, id, pet, pets: the method, then the path's words from the end."""
     method, _, path = key.partition(" ")
-    segments = path[:toolnames.SOURCE_CHARS].split("/")
-    return [method.lower(), *(word for segment in reversed(segments) for word in reversed(toolnames.words(segment)))]
+    return [method.lower(), *reversed(toolnames.words(path))][:toolnames.QUALIFIERS]
 
 
 def _matches(entry: str, operation: Operation) -> bool:
