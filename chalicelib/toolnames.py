@@ -81,6 +81,7 @@ class Names:
         """A free name from `parts` (non-empty words): fitted to the budget; when taken, with a word
         that tells this source from the holder's (one the fitting dropped, then `qualifiers` in
         order); the first HASH_CHARS hex of sha256(`salt`) only when none does."""
+        parts = list(parts) or ["tool"]
         base = fit(parts, self.budget, vendor=self.vendor)
         describing = [*parts, *qualifiers]
         name = "-".join(base)

@@ -19,7 +19,7 @@ from chalicelib.clock import utcnow
 from chalicelib.openapi import Candidate, candidates, operations
 from chalicelib.store.records import Upstream
 from chalicelib.upstreams import candidates as upstream_candidates
-from chalicelib.validation import NAME_MAX, TOOL_NAME_MAX, name_budget
+from chalicelib.validation import NAME_MAX, TOOL_NAME_MAX, VENDOR_PATTERN, name_budget
 from tests.conftest import Admin, JsonHandler, Mcp, serving, tool_spec
 
 SERVER = "http://127.0.0.1:9"
@@ -178,6 +178,18 @@ def test_without_any_word_of_its_own_an_operation_is_named_from_method_and_path(
     assert _names(document) == {"DELETE /orders/{orderId}": "delete-orders-order-id", "POST /carts": "post-carts"}
 
 
+@pytest.mark.parametrize("operation_id", [
+    "A" * 1_000_000, "aB" * 200_000, "-_ ." * 10_000, "e\u0301" * 50_000, "\ud800broken", "x" * 61 + "Tail",
+])
+def test_hostile_operation_ids_get_names_within_the_budget(operation_id: str) -> None:
+    # GIVEN an operationId of a megabyte, of separators only, of combining marks, of a lone surrogate
+    document = _document({"/x": {"get": _op(operation_id)}, "/y": {"get": _op(operation_id)}})
+    # WHEN it is imported THEN both operations get distinct valid names that fit beside the vendor
+    names = list(_names(document).values())
+    assert len(set(names)) == 2
+    assert all(operations.fits("acme", name) for name in names)
+
+
 def test_every_name_fits_beside_its_vendor() -> None:
     # GIVEN a vendor of 31 characters, the longest, and a 200-character operationId
     vendor = "v" * 31
@@ -231,6 +243,11 @@ def test_the_admin_api_refuses_a_name_over_64_with_the_vendor(admin: Admin) -> N
     assert over.json_body["error"]["field"] == "name"
     assert "65 characters" in over.json_body["error"]["message"] and "at most 64" in over.json_body["error"]["message"]
     assert [tool["name"] for tool in admin.call("GET", "/v1/tools").json_body["items"]] == ["x" * 53]
+
+
+def test_the_console_forms_ask_for_the_vendor_pattern(console: Any) -> None:
+    page = console.get("/console/import")
+    assert f'pattern="{VENDOR_PATTERN[1:-1]}"' in page.body.decode()
 
 
 @pytest.mark.parametrize(("vendor", "name", "status"), [
