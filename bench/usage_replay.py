@@ -99,23 +99,21 @@ def split(groups: dict[str, list[str]]) -> tuple[list[tuple[str, str]], list[tup
     return history, tests, unseen
 
 
-def remember(index: SearchIndex, history: list[tuple[str, str]], vectors: dict[str, np.ndarray],
-             bound: int | None) -> tuple[Memory, int]:
-    """Replay the history (find_tool, then a promote of the gold tool when it was listed) into a
-    memory of at most `bound` pairs, the least recently seen out first; and how many were credited."""
+def credited(index: SearchIndex, history: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The history as find_tool then a promote of the gold tool: only where find_tool listed it."""
+    return [(query, gold) for query, gold in history
+            if gold in [key for key, _ in index.search(query, RECALLED_HITS)]]
+
+
+def remember(history: list[tuple[str, str]], vectors: dict[str, np.ndarray], bound: int | None) -> Memory:
+    """The credited history as a memory of at most `bound` pairs, the least recently seen out first."""
     pairs: OrderedDict[tuple[str, str], int] = OrderedDict()
-    credited = 0
     for query, gold in history:
-        listed = [key for key, _ in index.search(query, RECALLED_HITS)]
-        if gold not in listed:
-            continue
-        credited += 1
         pairs[(query, gold)] = pairs.get((query, gold), 0) + 1
         pairs.move_to_end((query, gold))
         while bound is not None and len(pairs) > bound:
             pairs.popitem(last=False)
-    return Memory([Evidence(q, key, count, vectors[q].astype("<f2").tobytes())
-                   for (q, key), count in pairs.items()]), credited
+    return Memory([Evidence(q, key, count, vectors[q].astype("<f2").tobytes()) for (q, key), count in pairs.items()])
 
 
 def recall(index: SearchIndex, tests: list[tuple[str, str]], memory: Memory | None) -> tuple[float, float]:
@@ -142,8 +140,9 @@ def main() -> None:
     history, tests, unseen = split(groups)
     vectors = cache_vectors([q for q, _ in history + tests + unseen])
     index = SearchIndex.build(docs)
-    bounded, credited = remember(index, history, vectors, MEMORY_PAIRS)
-    unbounded, _ = remember(index, history, vectors, None)
+    promoted = credited(index, history)
+    bounded = remember(promoted, vectors, MEMORY_PAIRS)
+    unbounded = remember(promoted, vectors, None)
 
     if args.tune:
         print("| W_USAGE | FLOOR | with history r@1 / r@5 | without history r@1 / r@5 |")
@@ -161,14 +160,18 @@ def main() -> None:
     print()
     print(f"Command: `python bench/usage_replay.py --part {args.part}`. {len(docs)} tools, "
           f"{len(groups)} with queries in this part; history: {len(history)} queries of "
-          f"{len({g for _, g in history})} tools, {credited} credited (gold in find_tool's top "
+          f"{len({g for _, g in history})} tools, {len(promoted)} credited (gold in find_tool's top "
           f"{RECALLED_HITS}); memory as shipped: {len(bounded)} pairs (bound {MEMORY_PAIRS}), "
           f"unbounded: {len(unbounded)}. W_USAGE={search_usage.W_USAGE}, FLOOR={search_usage.FLOOR}.")
     print()
     print("| tests | queries | recall@1 without / with memory | recall@5 without / with memory |")
     print("|---|---:|---|---|")
+    baselines: dict[int, tuple[float, float]] = {}
     for label, queries, memory in rows:
-        before, after = recall(index, queries, None), recall(index, queries, memory)
+        if id(queries) not in baselines:
+            baselines[id(queries)] = recall(index, queries, None)
+        before = baselines[id(queries)]
+        after = recall(index, queries, memory)
         print(f"| {label} | {len(queries)} | {before[0]:.3f} / {after[0]:.3f} ({after[0] / max(before[0], 1e-9):.2f}x) "
               f"| {before[1]:.3f} / {after[1]:.3f} ({after[1] / max(before[1], 1e-9):.2f}x) |")
 

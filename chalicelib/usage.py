@@ -36,12 +36,12 @@ from chalicelib.store.records import AgentState, Page, SeenSearch
 if TYPE_CHECKING:
     from chalicelib.search.usage import Memory
 
-MEMORY_PAIRS = 256  # per account: ~170 KB to read when it changed (about 650 bytes a pair)
+MEMORY_PAIRS = 256  # per account: ~260 KB to read when it changed (about 1 KB a pair, most of it the vector)
 RECALLED_HITS = 10  # a follow-up credits a search only for a tool among its first hits
 SEARCHES_KEPT = 3  # an agent's last searches that a follow-up may credit
 WINDOW = timedelta(minutes=10)  # how long after a search a follow-up still credits it
 MEMORY_RETENTION = timedelta(days=180)  # a pair unused this long is dropped (TTL)
-CACHED_ACCOUNTS = 128  # memories a warm instance keeps (each at most ~200 KB)
+CACHED_ACCOUNTS = 16  # memories a warm instance keeps (each at most ~400 KB of float32 vectors)
 
 
 def observe_search(state: AgentState, query: str, hits: Sequence[tuple[str, str]], now: datetime) -> None:

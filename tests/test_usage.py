@@ -7,11 +7,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from chalice.test import Client
 
-from chalicelib import usage
+from chalicelib import embedder, usage
 from chalicelib.clock import utcnow
+from chalicelib.search.usage import FLOOR, W_USAGE, Evidence, Memory
 from chalicelib.store.models import MemoryItem
 from tests.conftest import Admin, Console, Mcp
 
@@ -246,3 +248,24 @@ def test_the_reset_needs_the_sessions_csrf_token(admin: Admin, mcp: Mcp, console
     # WHEN a form without the session's CSRF token asks for the reset THEN nothing is deleted
     assert console.post("/console/account/search-memory/reset", csrf="forged").status_code in (400, 403)
     assert memory(admin)["count"] == 1
+
+
+def _unit(*values: float) -> np.ndarray:
+    vector = np.zeros(embedder.DIMENSIONS, np.float32)
+    vector[: len(values)] = values
+    return vector / np.linalg.norm(vector)
+
+
+def test_a_pairs_boost_rises_from_the_floor_and_is_capped() -> None:
+    # GIVEN one pair seen often, for a tool in row 1 of a three-doc index, and one of a tool not in it
+    stored = _unit(1.0).astype("<f2").tobytes()
+    memory = Memory([Evidence("q", "acme/b", 10, stored), Evidence("q", "gone/x", 10, stored)])
+    rows = {"acme/a": 0, "acme/b": 1, "acme/c": 2}
+    # WHEN requests at several similarities to the stored one are ranked
+    identical = memory.boost(_unit(1.0), rows, 3)
+    below_floor = memory.boost(_unit(FLOOR - 0.05, np.sqrt(1 - (FLOOR - 0.05) ** 2)), rows, 3)
+    halfway = memory.boost(_unit((1 + FLOOR) / 2, np.sqrt(1 - ((1 + FLOOR) / 2) ** 2)), rows, 3)
+    # THEN only the stored tool rises: by W_USAGE at most, by nothing below the floor
+    assert identical.tolist() == pytest.approx([0.0, W_USAGE, 0.0])
+    assert below_floor.tolist() == [0.0, 0.0, 0.0]
+    assert halfway[1] == pytest.approx(W_USAGE / 2, rel=1e-2) and halfway[0] == halfway[2] == 0.0
