@@ -120,12 +120,12 @@ def test_find_tool_ranks_hits_with_promoted_flag_and_hints(admin: Admin, mcp: Mc
     # WHEN the agent searches
     hits = mcp.call("find_tool", {"query": "Unleashed sales orders"})["structuredContent"]["hits"]
     notion = mcp.call("find_tool", {"query": "notion page"})["structuredContent"]["hits"]
-    # THEN each hit says whether it is promoted and what it may do
+    # THEN each hit says whether it is promoted, what it may do and what it takes (the first, its schema)
     assert hits[0] == {"vendor": "unleashed", "name": "list-sales-orders", "promoted": True,
                        "readOnlyHint": True, "destructiveHint": False,
                        "description": "List sales orders in Unleashed, filtered by customer.",
-                       "input_schema": tool_spec()["input_schema"], "searchHint": "unleashed list sales orders",
-                       "available": True}
+                       "input": "customer*: string, page: integer",
+                       "input_schema": tool_spec()["input_schema"], "available": True}
     assert notion[0]["name"] == "create-page"
     assert (notion[0]["promoted"], notion[0]["readOnlyHint"]) == (False, False)
 

@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chalicelib import jsontext, runs, toolbox, usage, workingset
 from chalicelib.causes import Cause, PromotedBy
-from chalicelib.definitions import Tool, ToolSpec, first_line, parse_spec
-from chalicelib.errors import ConnectionNotInScope, ToolUnavailable
+from chalicelib.definitions import Tool, ToolSpec, parse_spec
+from chalicelib.mcp import compact
 from chalicelib.outcomes import Outcome, RunStatus
 from chalicelib.store.records import AgentState
 from chalicelib.validation import NAME_PATTERN, VENDOR_PATTERN, check_tool_name, parse
@@ -23,7 +23,6 @@ ALWAYS_LOAD = "anthropic/alwaysLoad"
 SEARCH_HINT = "anthropic/searchHint"
 SEARCH_HINT_CHARS = 120
 ALWAYS_LOAD_BYTES = 40_000  # ~10k tokens at 4 bytes a token: half of Claude Code's deferral threshold
-DESCRIPTION_LINE = 200
 FIND_LIMIT_DEFAULT = 10
 FIND_LIMIT_MAX = 50
 
@@ -38,14 +37,14 @@ INSTRUCTIONS = (
 
 class FindToolArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    query: str = Field(min_length=1, max_length=500, description="What you want to do, in plain words.")
-    limit: int = Field(default=FIND_LIMIT_DEFAULT, ge=1, le=FIND_LIMIT_MAX, description="Most hits to answer.")
+    query: str = Field(min_length=1, max_length=500, description="What to do, in plain words")
+    limit: int = Field(default=FIND_LIMIT_DEFAULT, ge=1, le=FIND_LIMIT_MAX)
 
 
 class ToolRef(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    vendor: str = Field(pattern=VENDOR_PATTERN, description="The tool's vendor, as find_tool answers it.")
-    name: str = Field(pattern=NAME_PATTERN, description="The tool's name, as find_tool answers it.")
+    vendor: str = Field(pattern=VENDOR_PATTERN)  # both as find_tool answers them
+    name: str = Field(pattern=NAME_PATTERN)
 
     @model_validator(mode="after")
     def _mcp_name(self) -> ToolRef:
@@ -54,19 +53,17 @@ class ToolRef(BaseModel):
 
 
 class PromoteArgs(ToolRef):
-    pinned: bool = Field(default=False, description="Also pin it: the idle and cap rules never demote it.")
+    pinned: bool = Field(default=False, description="Also pin it")
 
 
 class RunToolArgs(ToolRef):
-    input: dict[str, Any] = Field(default_factory=dict, description="The tool's input, as its schema asks.")
-    dryRun: bool = Field(
-        default=False, description="Reads reach the vendor; anything else answers a preview and sends nothing."
-    )
+    input: dict[str, Any] = Field(default_factory=dict)
+    dryRun: bool = Field(default=False, description="Preview a write; send nothing")
 
 
 class GetRunArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    run_id: str = Field(min_length=1, max_length=64, description="The run_id a call answered.")
+    run_id: str = Field(min_length=1, max_length=64)
 
 
 @dataclass(frozen=True)
@@ -86,17 +83,61 @@ class MetaTool:
     args: type[BaseModel]
     annotations: dict[str, Any]
     handler: Callable[[Call, Any], Outcome]
-    hint: str = ""  # anthropic/searchHint: what a host's own tool search matches
+    hint: str = ""  # anthropic/searchHint: what a host's own tool search matches, should it defer this one
+    schema: dict[str, Any] | None = None  # the listed input schema, when not the args' own
 
     @cached_property
     def definition(self) -> dict[str, Any]:
-        """The MCP tool definition (built once: schema generation is not free)."""
-        schema = self.args.model_json_schema()
-        schema.pop("title", None)
-        for prop in schema.get("properties", {}).values():
-            prop.pop("title", None)
+        """The MCP tool definition (built once: schema generation is not free). Its schema is for
+        the agent to read: what only validation needs (patterns, lengths, titles) is left to the
+        server, which parses every call with `args` whatever a client sent."""
+        schema = self.schema or _listed_schema(self.args.model_json_schema())
         return {"name": self.name, "description": self.description, "inputSchema": schema,
                 "annotations": self.annotations, "_meta": host_meta(self.hint)}
+
+
+_VALIDATION_ONLY = frozenset({"title", "pattern", "minLength", "maxLength", "additionalProperties"})
+
+
+def _listed_schema(node: Any, named: bool = False) -> Any:
+    """A pydantic JSON schema without what only validation needs (`named`: a `properties` map,
+    whose keys are field names, not keywords)."""
+    if isinstance(node, list):
+        return [_listed_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    return {key: _listed_schema(value, named=key == "properties" and not named)
+            for key, value in node.items() if named or key not in _VALIDATION_ONLY}
+
+
+# acquire's listed schema: ToolSpec's fields but output_schema (tests/test_footprint.py holds them
+# together), described for an author rather than generated (pydantic's is 3.3 KB of validation detail)
+ACQUIRE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "vendor": {"type": "string"},
+        "name": {"type": "string"},
+        "description": {"type": "string"},
+        "input_schema": {"type": "object"},
+        "annotations": {"type": "object", "description": "MCP hints"},
+        "request": {
+            "type": "object",
+            "description": "{field} in url is filled from the input; other fields go in the query (GET) "
+                           "or a JSON body",
+            "properties": {
+                "method": {"enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]},
+                "url": {"type": "string"},
+                "headers": {"type": "object"},
+                "params": {"type": "array", "description": "[{field, name, in: query|header}]"},
+                "body": {"type": "string", "description": "The field sent as the whole body"},
+                "body_format": {"enum": ["form"]},
+            },
+            "required": ["method", "url"],
+        },
+        "connection": {"type": "string", "description": "Whose credentials it sends"},
+    },
+    "required": ["vendor", "name", "description", "input_schema", "request"],
+}
 
 
 def tool_definition(tool: Tool) -> dict[str, Any]:
@@ -142,8 +183,10 @@ def host_meta(hint: str) -> dict[str, Any]:
     Claude Code loads a tool up front only when `anthropic/alwaysLoad` is true, and matches a
     deferred one by its `anthropic/searchHint` (its MCP client maps `_meta["anthropic/alwaysLoad"]
     === true` to alwaysLoad and a string `_meta["anthropic/searchHint"]` to searchHint). A working
-    set is the agent's chosen few: every tool in it, and every meta-tool, is first-class."""
-    return {ALWAYS_LOAD: True, SEARCH_HINT: hint}
+    set is the agent's chosen few: every tool in it, and every meta-tool, is first-class. A meta-tool
+    but find_tool has no hint: loaded up front, it is never searched for, and every byte of the
+    meta-tools is in every context."""
+    return {ALWAYS_LOAD: True, SEARCH_HINT: hint} if hint else {ALWAYS_LOAD: True}
 
 
 def search_hint(tool: Tool) -> str:
@@ -163,7 +206,7 @@ def split_name(tool_name: str) -> tuple[str, str] | None:
 def _find_tool(call: Call, raw: Any) -> Outcome:
     args = parse(FindToolArgs, raw)
     found, more = toolbox.search(call.state.agent.account_id, args.query, args.limit)
-    hits = [_hit(call.state, tool) for tool in found]
+    hits = [compact.hit(call.state, tool, first=index == 0) for index, tool in enumerate(found)]
     usage.observe_search(call.state, args.query, [(tool.spec.vendor, tool.spec.name) for tool in found], call.now)
     if not hits:
         return Outcome(structured={
@@ -171,29 +214,6 @@ def _find_tool(call: Call, raw: Any) -> Outcome:
             "message": f"No tool in the toolbox matches {args.query!r}. If none exists, author one with acquire.",
         })
     return Outcome(structured={"hits": hits, "more": more})
-
-
-def _hit(state: AgentState, tool: Tool) -> dict[str, Any]:
-    spec, guard = tool.spec, tool.guard
-    promotion = state.promotion(spec.vendor, spec.name)
-    hit: dict[str, Any] = {
-        "vendor": spec.vendor,
-        "name": spec.name,
-        "promoted": promotion is not None,
-        "readOnlyHint": guard.read_only,  # as Workset enforces them
-        "destructiveHint": guard.destructive,
-        "description": first_line(spec.description, DESCRIPTION_LINE),
-        "input_schema": spec.input_schema,  # enough to run_tool it at once, without a promote
-        "searchHint": search_hint(tool),
-        "available": True,
-    }
-    if promotion is not None and promotion.pinned:
-        hit["pinned"] = True  # only on pinned hits: a pinned tool is an ordinary promoted one otherwise
-    if tool.version.unavailable:
-        hit.update(available=False, reason=ToolUnavailable.code, unavailable=tool.version.unavailable)
-    elif spec.connection and not state.may_use(spec.connection):
-        hit.update(available=False, reason=ConnectionNotInScope.code)
-    return hit
 
 
 def _promote(call: Call, raw: Any) -> Outcome:
@@ -259,88 +279,74 @@ def _get_run(call: Call, raw: Any) -> Outcome:
     return Outcome(structured=answer)
 
 
-_WORKING_SET = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+_WORKING_SET = {"destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 
+# What an agent reads in every tools/list: when to call each, and what comes back (bench/host_footprint.py
+# holds the eight under 4 KB).
 META_TOOLS: dict[str, MetaTool] = {
     tool.name: tool
     for tool in (
         MetaTool(
             "find_tool",
-            "Search the whole toolbox (promoted and demoted tools) by vendor, name and description. "
-            "Answers ranked hits with vendor, name, whether each is promoted for you, its hints and its "
-            "input schema (enough to call it with run_tool at once), and how many more matched. Pass the "
-            "user's whole request when it needs several tools. Call this before acquire.",
+            "Search the whole toolbox; call before acquire. Each hit: vendor, name, promoted, hints, "
+            "description, input (* required); the first also its input_schema. Call one with run_tool "
+            "or promote it. For a request needing several tools, pass it whole.",
             FindToolArgs,
             {"readOnlyHint": True, "openWorldHint": False},
             _find_tool,
-            hint="search find discover tools toolbox capability",
+            hint="find search tools",
         ),
         MetaTool(
             "promote",
-            "Add a toolbox tool to your tool list as vendor__name. Answers the list's new size and the "
-            "tool's definition, so you can call it through run_tool even before your list refreshes. "
-            "pinned: true also pins it (see pin).",
+            "Add a tool to your list as vendor__name. Answers its definition and the list's size.",
             PromoteArgs,
             _WORKING_SET,
             _promote,
-            hint="add tool to my list working set",
         ),
         MetaTool(
             "demote",
-            "Take a tool out of your tool list (it stays in the toolbox; find_tool still finds it). "
-            "Answers the list's new size.",
+            "Remove a tool from your list (find_tool still finds it).",
             ToolRef,
             _WORKING_SET,
             _demote,
-            hint="remove tool from my list working set",
         ),
         MetaTool(
             "run_tool",
-            "Call a toolbox tool by vendor and name without adding it to your list: the same input "
-            "validation, approval rule and answer as calling it directly. dryRun previews writes.",
+            "Call a toolbox tool once without promoting it; same validation, approval and answer.",
             RunToolArgs,
-            {"readOnlyHint": False, "openWorldHint": True},
+            {"openWorldHint": True},
             _run_tool,
-            hint="call run use a toolbox tool once",
         ),
         MetaTool(
             "acquire",
-            "Author a new tool when find_tool finds nothing: give its vendor, name, description, "
-            "input_schema (a JSON Schema object), annotations and the HTTP request it makes. It is "
-            "published to the toolbox (or as the next version of your own tool) and promoted for you. "
-            "Answers vendor, name, version and your list's new size.",
+            "Author a tool only when find_tool finds none. It is published and promoted; answers its "
+            "version.",
             ToolSpec,
-            {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": False},
+            {"destructiveHint": False, "openWorldHint": False},
             _acquire,
-            hint="author create publish new tool http request",
+            schema=ACQUIRE_SCHEMA,
         ),
         MetaTool(
             "get_run",
-            "Check a call that waited for a person's approval (or any earlier call) by its run_id: "
-            "answers its status and, once finished, its result.",
+            "A call's status by run_id (say, awaiting a person's approval); its result once done.",
             GetRunArgs,
             {"readOnlyHint": True, "openWorldHint": False},
             _get_run,
-            hint="check run status result approval",
         ),
         # last, so the list a client cached before pins existed is still its prefix
         MetaTool(
             "pin",
-            "Pin a tool in your list so it is never demoted for you (unused or over your cap); for the "
-            "few tools you always need. At most half your cap may be pinned. Answers pins and pin_limit.",
+            "Keep a tool in your list: never demoted for you. At most half your cap.",
             ToolRef,
             _WORKING_SET,
             _pin,
-            hint="pin keep tool always in my list",
         ),
         MetaTool(
             "unpin",
-            "Unpin a tool: it stays in your list, and is demoted for you again when unused. Answers pins "
-            "and pin_limit.",
+            "Unpin a tool: it may be demoted again when unused.",
             ToolRef,
             _WORKING_SET,
             _unpin,
-            hint="unpin tool let it be demoted",
         ),
     )
 }
