@@ -16,9 +16,8 @@ from chalicelib.definitions import Tool, ToolSpec, parse_spec
 from chalicelib.mcp import compact
 from chalicelib.outcomes import Outcome, RunStatus
 from chalicelib.store.records import AgentState
-from chalicelib.validation import NAME_PATTERN, VENDOR_PATTERN, check_tool_name, parse
+from chalicelib.validation import NAME_PATTERN, SEPARATOR, VENDOR_PATTERN, check_tool_name, parse
 
-SEPARATOR = "__"
 ALWAYS_LOAD = "anthropic/alwaysLoad"
 SEARCH_HINT = "anthropic/searchHint"
 SEARCH_HINT_CHARS = 120
