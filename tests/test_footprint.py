@@ -124,6 +124,12 @@ def test_an_input_with_no_fields_says_so() -> None:
     assert compact.input_summary({"type": "object"}) == "(none)"
 
 
+def test_an_input_whose_fields_sit_behind_a_ref_or_a_combination_shows_them() -> None:
+    schema = {"allOf": [{"$ref": "#/$defs/query"}], "$defs": {"query": {
+        "type": "object", "required": ["q"], "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}}}}
+    assert compact.input_summary(schema) == "{q*: string, n: integer}"
+
+
 @pytest.mark.parametrize(("text", "sentence"), [
     ("List sales orders in Unleashed, filtered by customer.", "List sales orders in Unleashed, filtered by customer."),
     ("Creates new accounts.\n\nCreates new DocuSign accounts.", "Creates new accounts."),

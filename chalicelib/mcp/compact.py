@@ -100,6 +100,8 @@ def input_summary(schema: Any) -> str:
     root = schema if isinstance(schema, dict) else {}
     budget = [MAX_NODES]
     fields, total = _fields(root, SUMMARY_CHARS // 4)
+    if not fields and any(key in root for key in ("$ref", "allOf", "anyOf", "oneOf")):
+        return _cut(_type(root, root, 0, 0, budget, frozenset()), SUMMARY_CHARS)  # fields behind a ref or a combination
     parts: list[str] = []
     used = 0
     for index, (name, node, required) in enumerate(fields):
