@@ -214,6 +214,27 @@ def test_the_first_hits_schema_is_whole_when_small_lean_when_that_fits_else_left
 # --- through find_tool
 
 
+def _wide_schema(fields: int) -> dict[str, Any]:
+    """Field names, enums and prose of four-byte characters and quotes, the widest JSON text per character."""
+    properties = {f"{'😀' * 30}{i}": {"enum": ['"' * 24, "😀" * 24] * 4, "description": "😀" * 20}
+                  for i in range(fields)}
+    return {"type": "object", "properties": properties, "required": list(properties)[:fields // 2]}
+
+
+def test_a_find_tool_answer_of_five_wide_character_tools_stays_under_12_kb(admin: Admin, mcp: Mcp) -> None:
+    # GIVEN five tools written in four-byte characters and quotes, the description at its longest
+    for index in range(5):
+        admin.publish(name=f"wide-{index}", description="wide " + "😀\"" * 1995, input_schema=_wide_schema(60))
+    # WHEN the agent searches for five
+    result = mcp.call("find_tool", {"query": "wide", "limit": 5})
+    hits = result["structuredContent"]["hits"]
+    # THEN the answer is at most 12 KB, each description and summary within its byte bound
+    assert len(hits) == 5 and len(result["content"][0]["text"].encode()) <= ANSWER_BYTES
+    for hit in hits:
+        assert _bytes(hit["description"]) - 2 <= compact.DESCRIPTION_BYTES
+        assert _bytes(hit["input"]) - 2 <= compact.SUMMARY_BYTES and hit["input"].startswith("😀")
+
+
 def test_a_find_tool_answer_of_five_fat_tools_stays_under_12_kb(admin: Admin, mcp: Mcp) -> None:
     # GIVEN five tools with the longest descriptions and large, fully described input schemas
     for index in range(5):
