@@ -117,8 +117,8 @@ ACQUIRE_SCHEMA: dict[str, Any] = {
         "annotations": {"type": "object", "description": "MCP hints"},
         "request": {
             "type": "object",
-            "description": "{field} in url is filled from the input; other fields go in the query (GET) "
-                           "or a JSON body",
+            "description": "{field} in url is filled from the input; other fields form a JSON body for "
+                           "POST/PUT/PATCH, else the query",
             "properties": {
                 "method": {"enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]},
                 "url": {"type": "string"},
