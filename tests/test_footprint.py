@@ -254,3 +254,22 @@ def test_a_find_tool_answer_of_five_fat_tools_stays_under_12_kb(admin: Admin, mc
     assert not any("input_schema" in hit for hit in found["hits"][1:])
     promoted = mcp.call("promote", {"vendor": first["vendor"], "name": first["name"]})["structuredContent"]
     assert promoted["tool"]["inputSchema"]["properties"]["field_0"]["description"].startswith("Field 0.")
+
+
+def test_the_summary_visits_a_bounded_number_of_schema_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a schema whose every field refers to a definition of thousands of referring fields
+    wide = {f"f{i}": {"$ref": "#/$defs/wide"} for i in range(3000)}
+    schema = {"type": "object", "properties": wide, "$defs": {"wide": {"type": "object", "properties": wide}}}
+    visits = []
+    inner = compact._type
+
+    def counted(*args: Any) -> str:
+        visits.append(1)
+        return inner(*args)
+
+    monkeypatch.setattr(compact, "_type", counted)
+    # WHEN it is summarised
+    summary = compact.input_summary(schema)
+    # THEN the work stops at the node budget, and the summary says how many fields it left out
+    assert 0 < len(visits) <= compact.MAX_NODES + 1
+    assert summary.endswith(" more") and len(summary) <= compact.SUMMARY_CHARS + 20
