@@ -137,6 +137,7 @@ def test_an_input_whose_fields_sit_behind_a_ref_or_a_combination_shows_them() ->
     ("Uses v1.2 of the API. More.", "Uses v1.2 of the API."),
     ("Returns\nthe log   entry", "Returns the log entry"),
     ("First paragraph without an end\n\nSecond.", "First paragraph without an end"),
+    ("根据农历时间获取八字信息。返回结果列表。", "根据农历时间获取八字信息。"),
 ])
 def test_the_description_is_its_first_sentence(text: str, sentence: str) -> None:
     assert compact.first_sentence(text) == sentence

@@ -55,7 +55,7 @@ _STRUCTURAL = frozenset({
 })
 _NAMED = frozenset({"properties", "$defs", "definitions", "patternProperties", "dependentRequired"})
 _ABBREVIATIONS = frozenset({"e.g.", "i.e.", "etc.", "vs.", "approx.", "incl.", "no.", "ca.", "cf."})
-_SENTENCE_END = re.compile(r"[.!?](?=\s)")
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|[。！？]")  # a full stop before a space, or a CJK one
 _SPACE = re.compile(r"\s+")
 
 
