@@ -137,6 +137,7 @@ def test_an_input_whose_fields_sit_behind_a_ref_or_a_combination_shows_them() ->
     ("Uses v1.2 of the API. More.", "Uses v1.2 of the API."),
     ("Returns\nthe log   entry", "Returns the log entry"),
     ("First paragraph without an end\n\nSecond.", "First paragraph without an end"),
+    ("根据农历时间获取八字信息。返回结果列表。", "根据农历时间获取八字信息。"),
 ])
 def test_the_description_is_its_first_sentence(text: str, sentence: str) -> None:
     assert compact.first_sentence(text) == sentence
@@ -214,6 +215,27 @@ def test_the_first_hits_schema_is_whole_when_small_lean_when_that_fits_else_left
 # --- through find_tool
 
 
+def _wide_schema(fields: int) -> dict[str, Any]:
+    """Field names, enums and prose of four-byte characters and quotes, the widest JSON text per character."""
+    properties = {f"{'😀' * 30}{i}": {"enum": ['"' * 24, "😀" * 24] * 4, "description": "😀" * 20}
+                  for i in range(fields)}
+    return {"type": "object", "properties": properties, "required": list(properties)[:fields // 2]}
+
+
+def test_a_find_tool_answer_of_five_wide_character_tools_stays_under_12_kb(admin: Admin, mcp: Mcp) -> None:
+    # GIVEN five tools written in four-byte characters and quotes, the description at its longest
+    for index in range(5):
+        admin.publish(name=f"wide-{index}", description="wide " + "😀\"" * 1995, input_schema=_wide_schema(60))
+    # WHEN the agent searches for five
+    result = mcp.call("find_tool", {"query": "wide", "limit": 5})
+    hits = result["structuredContent"]["hits"]
+    # THEN the answer is at most 12 KB, each description and summary within its byte bound
+    assert len(hits) == 5 and len(result["content"][0]["text"].encode()) <= ANSWER_BYTES
+    for hit in hits:
+        assert _bytes(hit["description"]) - 2 <= compact.DESCRIPTION_BYTES
+        assert _bytes(hit["input"]) - 2 <= compact.SUMMARY_BYTES and hit["input"].startswith("😀")
+
+
 def test_a_find_tool_answer_of_five_fat_tools_stays_under_12_kb(admin: Admin, mcp: Mcp) -> None:
     # GIVEN five tools with the longest descriptions and large, fully described input schemas
     for index in range(5):
@@ -233,3 +255,22 @@ def test_a_find_tool_answer_of_five_fat_tools_stays_under_12_kb(admin: Admin, mc
     assert not any("input_schema" in hit for hit in found["hits"][1:])
     promoted = mcp.call("promote", {"vendor": first["vendor"], "name": first["name"]})["structuredContent"]
     assert promoted["tool"]["inputSchema"]["properties"]["field_0"]["description"].startswith("Field 0.")
+
+
+def test_the_summary_visits_a_bounded_number_of_schema_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a schema whose every field refers to a definition of thousands of referring fields
+    wide = {f"f{i}": {"$ref": "#/$defs/wide"} for i in range(3000)}
+    schema = {"type": "object", "properties": wide, "$defs": {"wide": {"type": "object", "properties": wide}}}
+    visits = []
+    inner = compact._type
+
+    def counted(*args: Any) -> str:
+        visits.append(1)
+        return inner(*args)
+
+    monkeypatch.setattr(compact, "_type", counted)
+    # WHEN it is summarised
+    summary = compact.input_summary(schema)
+    # THEN the work stops at the node budget, and the summary says how many fields it left out
+    assert 0 < len(visits) <= compact.MAX_NODES + 1
+    assert summary.endswith(" more") and len(summary) <= compact.SUMMARY_CHARS + 20

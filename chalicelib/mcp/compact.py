@@ -11,9 +11,10 @@ answers any tool's full definition.
 
 Tool definitions are written by agents and vendors, so every piece has a bound that holds
 whatever the definition holds (4,000-character descriptions, thousands of properties, `$ref`
-loops, deep nesting, control characters): the summary visits at most MAX_NODES schema nodes and
-is at most SUMMARY_CHARS characters, the description DESCRIPTION_CHARS, the first hit's schema
-TOP_SCHEMA_BYTES. Nothing here raises on a schema of any shape.
+loops, deep nesting, control and wide characters): the summary visits at most MAX_NODES schema
+nodes and is at most SUMMARY_CHARS characters and SUMMARY_BYTES bytes, the description
+DESCRIPTION_CHARS and DESCRIPTION_BYTES, the first hit's schema TOP_SCHEMA_BYTES. Nothing here
+raises on a schema of any shape.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from chalicelib.store.records import AgentState
 
 DESCRIPTION_CHARS = 160
 SUMMARY_CHARS = 320
+# and as JSON text (UTF-8, escapes included), so wide characters cannot multiply an answer's size:
+# five hits at their bounds, the first with its schema, stay under 12 KB
+DESCRIPTION_BYTES = 320
+SUMMARY_BYTES = 480
 FIELD_CHARS = 120  # one top-level field's part of the summary
 NAME_CHARS = 40
 ENUM_SHOWN = 6
@@ -38,7 +43,7 @@ MAX_DEPTH = 2  # objects inside objects shown with their fields; deeper ones are
 MAX_NODES = 300
 MAX_LEVEL = 12  # steps down through refs, anyOf and items: a chain of them ends here
 REQUIRED_SCAN = 200  # a `required` list is read this far
-TOP_SCHEMA_BYTES = 6_000
+TOP_SCHEMA_BYTES = 5_500
 LEAN_NOTE = "descriptions dropped to fit; promote for the full schema"
 
 # keywords a lean schema keeps: what validation reads, not what people read
@@ -50,7 +55,7 @@ _STRUCTURAL = frozenset({
 })
 _NAMED = frozenset({"properties", "$defs", "definitions", "patternProperties", "dependentRequired"})
 _ABBREVIATIONS = frozenset({"e.g.", "i.e.", "etc.", "vs.", "approx.", "incl.", "no.", "ca.", "cf."})
-_SENTENCE_END = re.compile(r"[.!?](?=\s)")
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|[。！？]")  # a full stop before a space, or a CJK one
 _SPACE = re.compile(r"\s+")
 
 
@@ -64,8 +69,8 @@ def hit(state: AgentState, tool: Tool, *, first: bool = False) -> dict[str, Any]
         "promoted": promotion is not None,
         "readOnlyHint": guard.read_only,  # as Workset enforces them
         "destructiveHint": guard.destructive,
-        "description": first_sentence(spec.description),
-        "input": input_summary(spec.input_schema),
+        "description": _fit(first_sentence(spec.description), DESCRIPTION_BYTES),
+        "input": _fit(input_summary(spec.input_schema), SUMMARY_BYTES),
         "available": True,
     }
     if first and (schema := top_schema(spec.input_schema)) is not None:
@@ -75,7 +80,7 @@ def hit(state: AgentState, tool: Tool, *, first: bool = False) -> dict[str, Any]
     if promotion is not None and promotion.pinned:
         answer["pinned"] = True  # only on pinned hits: a pinned tool is an ordinary promoted one otherwise
     if tool.version.unavailable:
-        answer.update(available=False, reason=ToolUnavailable.code, unavailable=_cut(tool.version.unavailable, 200))
+        answer.update(available=False, reason=ToolUnavailable.code, unavailable=_fit(tool.version.unavailable, 200))
     elif spec.connection and not state.may_use(spec.connection):
         answer.update(available=False, reason=ConnectionNotInScope.code)
     return answer
@@ -246,6 +251,13 @@ def _cut(text: str, limit: int) -> str:
     cut = text[: limit - 1]
     space = cut.rfind(" ")
     return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
+
+
+def _fit(text: str, limit: int) -> str:
+    """`text` cut at a word until its JSON text is at most `limit` bytes."""
+    while (size := _size(text) - 2) > limit:
+        text = _cut(text, max(1, min(len(text) - 1, len(text) * limit // size)))
+    return text
 
 
 def _size(value: Any) -> int:

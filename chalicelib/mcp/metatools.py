@@ -26,11 +26,10 @@ FIND_LIMIT_DEFAULT = 10
 FIND_LIMIT_MAX = 50
 
 INSTRUCTIONS = (
-    "Your tool list is a working set drawn from a larger toolbox. To do something you have no "
-    "tool for, call find_tool first: a tool it finds is one promote away (promote answers its "
-    "definition; run_tool calls it once without promoting). Only when find_tool finds nothing, "
-    "author a new tool with acquire. Demote tools you are done with; unused tools are demoted "
-    "for you after the agent's idle window. A write tool asks a person on its first call."
+    "Your tool list is a working set drawn from a larger toolbox. For anything you have no tool for, "
+    "call find_tool first, then call a hit with run_tool, or promote it into your list (promote answers "
+    "its full definition). Only when find_tool finds nothing, author a tool with acquire. Demote tools "
+    "you are done with; unused ones are demoted for you. A write tool asks a person on its first call."
 )
 
 
@@ -121,8 +120,8 @@ ACQUIRE_SCHEMA: dict[str, Any] = {
         "annotations": {"type": "object", "description": "MCP hints"},
         "request": {
             "type": "object",
-            "description": "{field} in url is filled from the input; other fields go in the query (GET) "
-                           "or a JSON body",
+            "description": "{field} in url is filled from the input; other fields form a JSON body for "
+                           "POST/PUT/PATCH, else the query",
             "properties": {
                 "method": {"enum": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]},
                 "url": {"type": "string"},
