@@ -147,7 +147,7 @@ def main() -> None:
     if args.tune:
         print("| W_USAGE | FLOOR | with history r@1 / r@5 | without history r@1 / r@5 |")
         print("|---:|---:|---|---|")
-        for weight, floor in itertools.product((0.0, 2.0, 3.0, 4.0, 6.0), (0.3, 0.4, 0.5)):
+        for weight, floor in itertools.product((0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0), (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)):
             search_usage.W_USAGE, search_usage.FLOOR = weight, floor
             seen, new = recall(index, tests, bounded), recall(index, unseen, bounded)
             print(f"| {weight} | {floor} | {seen[0]:.3f} / {seen[1]:.3f} | {new[0]:.3f} / {new[1]:.3f} |")

@@ -369,3 +369,26 @@ def test_pin_a_tool_from_the_agent_page_and_see_the_marker(page: Any, console_st
     page.reload()
     assert [row.get_attribute("data-tool") for row in page.locator("#working-set tr[data-tool]").all()] == [
         f"{shop}__get-invoice"]
+
+
+def test_account_page_shows_what_find_tool_learned_and_resets_it(page: Any, console_stack: Stack) -> None:
+    # GIVEN an agent whose search was followed by a promote of a hit
+    publish_read_tools(console_stack, "ledger", "list-invoices", "list-credit-notes")
+    agent = console_stack.new_agent()
+    hits = mcp_call(console_stack, agent["api_key"], "find_tool", {"query": "ledger invoices"})["structuredContent"]
+    first = hits["hits"][0]
+    mcp_call(console_stack, agent["api_key"], "promote", {"vendor": first["vendor"], "name": first["name"]})
+    # WHEN the person opens Account
+    page.click("nav >> text=Account")
+    page.wait_for_url(re.compile(r"/console/account$"))
+    # THEN the card shows the pair and its count
+    card = page.locator("#search-memory")
+    assert card.locator("#learned-count").inner_text() == "1"
+    assert "ledger invoices" in card.locator("table").inner_text()
+    shot(page, "15-account-search-memory")
+    # WHEN they reset it
+    card.locator("button:has-text('Reset search memory')").click()
+    # THEN the page says so, the count is 0, and the API agrees
+    expect(page.locator("#search-memory .notice.ok")).to_contain_text("Search memory reset")
+    assert page.locator("#learned-count").inner_text() == "0"
+    assert console_stack.admin("GET", "/v1/account/search-memory")[1]["count"] == 0
