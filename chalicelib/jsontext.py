@@ -63,13 +63,16 @@ def loads(raw: bytes | bytearray | str) -> Any:
     return value
 
 
+COMPACT = (",", ":")  # no spaces: what an agent reads costs it context, and a space says nothing
+
+
 def dumps(value: Any) -> str:
-    """JSON text that always encodes as UTF-8: non-finite numbers become null and lone
+    """Compact JSON text that always encodes as UTF-8: non-finite numbers become null and lone
     surrogates U+FFFD (only when they occur; clean values are dumped as they are)."""
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=COMPACT)
     except ValueError:  # NaN or infinity somewhere
-        text = json.dumps(sanitize(value), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(sanitize(value), ensure_ascii=False, allow_nan=False, separators=COMPACT)
     return scrub(text)
 
 
