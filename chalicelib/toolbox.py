@@ -223,8 +223,11 @@ def versions(account_id: str, vendor: str, name: str, *, consistent: bool = Fals
 def search(account_id: str, query: str, limit: int) -> tuple[list[Tool], int]:
     """The best `limit` tools for a query, and how many more matched (counted up to
     MORE_COUNTED). The index is the warm instance's, kept current with the toolbox
-    (chalicelib/indexes.py); the hits are read fresh (one BatchGetItem)."""
-    hits = indexes.current(account_id).search(query, limit + MORE_COUNTED)
+    (chalicelib/indexes.py); a request for several things is split into its intents
+    (chalicelib/search/queries.py); the hits are read fresh (one BatchGetItem)."""
+    from chalicelib.search import queries  # with numpy and the models, as in _publish
+
+    hits = queries.search(indexes.current(account_id), query, limit + MORE_COUNTED)
     return resolve_many(account_id, [indexes.tool_of(key) for key, _ in hits[:limit]]), max(len(hits) - limit, 0)
 
 
