@@ -63,6 +63,8 @@ def test_a_single_intent_request_is_not_split(request_text: str) -> None:
      ["Book a table for two", "send the invoice to the customer"]),
     ("find hotels in Rome, also convert 100 dollars to euros",
      ["find hotels in Rome", "convert 100 dollars to euros"]),
+    ("ship 1,000 widgets to 53,-0.13, then invoice the buyer",
+     ["ship 1,000 widgets to 53,-0.13", "invoice the buyer"]),
 ])
 def test_a_clear_two_intent_request_yields_both_parts(request_text: str, parts: list[str]) -> None:
     # GIVEN a request for two things  WHEN it is split  THEN each is a part of its own

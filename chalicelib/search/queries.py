@@ -26,7 +26,7 @@ MIN_PART_WORDS = 1  # content words a piece needs to stand as an intent of its o
 _SENTENCE_END = re.compile(r"[.!?;]+(?:\s+|$)")
 _CONNECTOR = re.compile(
     r"\s*,?\s*\b(?:and\s+then|and\s+also|as\s+well\s+as|along\s+with|after\s+that|and|also|plus|then)\b\s*"
-    r"|\s*,\s*", re.IGNORECASE)
+    r"|\s*,\s+", re.IGNORECASE)  # a comma with a space after it: "1,000" and "53,-0.13" stay whole
 
 
 class Searchable(Protocol):
