@@ -14,6 +14,11 @@ Reads the corpora in /work/shared/bench (override with --bench-dir):
 * LiveMCPBench: 526 tools, 95 tasks; mean share of each task's gold tools in the top 10.
 * "No hit": how many MetaTool queries get [] (should be ~0) and how many of a few nonsense
   queries do (should be all).
+* Multi-intent requests (issue 25, goal 5): MetaTool's 497 two-tool requests, recall@5 (share of
+  the two tools in the top 5) and complete@5 (both there), and the single-tool figures, each
+  side by side for the whole request only (before) and split into intents (find_tool now,
+  chalicelib/search/queries.py); the splitter and merge were picked on every 10th request of
+  both files only. Query time for split requests at 10,000 tools.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from chalicelib import embedder
+from chalicelib.search import queries as intents
 from chalicelib.search.documents import Document, document_vector
 from chalicelib.search.index import SearchIndex
 from chalicelib.search.static import wordllama
@@ -68,13 +75,38 @@ def timed_build(docs: list[Document]) -> tuple[SearchIndex, float]:
     return index, time.perf_counter() - start
 
 
-def ranks(index: SearchIndex, queries: list[tuple[str, str]]) -> tuple[list[int | None], list[float]]:
+class Memo:
+    """An index whose answers are kept per (query, limit): the side-by-side runs reuse the whole
+    request's ranking instead of computing it twice (only the first call of a query is timed)."""
+
+    def __init__(self, index: SearchIndex) -> None:
+        self.index = index
+        self.answers: dict[tuple[str, int], list[tuple[str, float]]] = {}
+
+    def search(self, query: str, limit: int = 10) -> list[tuple[str, float]]:
+        if (query, limit) not in self.answers:
+            self.answers[query, limit] = self.index.search(query, limit)
+        return self.answers[query, limit]
+
+
+def split_search(index: SearchIndex | Memo, query: str, limit: int = 10) -> list[tuple[str, float]]:
+    """find_tool's ranking now: the request split into its intents (chalicelib/search/queries.py)."""
+    return intents.search(index, query, limit)
+
+
+def whole_search(index: SearchIndex | Memo, query: str, limit: int = 10) -> list[tuple[str, float]]:
+    """The ranking before issue 25's goal 5: the whole request only."""
+    return index.search(query, limit)
+
+
+def ranks(index: SearchIndex | Memo, queries: list[tuple[str, str]],
+          search: Callable[..., list[tuple[str, float]]] = whole_search) -> tuple[list[int | None], list[float]]:
     """1-based rank of the gold key in the top 10 (None when absent) and seconds per query."""
     found: list[int | None] = []
     seconds: list[float] = []
     for query, gold in queries:
         start = time.perf_counter()
-        hits = index.search(query, limit=10)
+        hits = search(index, query, limit=10)
         seconds.append(time.perf_counter() - start)
         keys = [k for k, _ in hits]
         found.append(keys.index(gold) + 1 if gold in keys else None)
@@ -109,14 +141,31 @@ def variants(docs: list[Document], count: int, rng: random.Random) -> list[Docum
     return out
 
 
-def livemcp_share(index: SearchIndex, tasks: list[dict]) -> tuple[float, int]:
+def multi_quality(index: SearchIndex | Memo, requests: list[tuple[int, str, list[str]]],
+                  search: Callable[..., list[tuple[str, float]]]) -> dict[str, dict[str, float]]:
+    """recall@5 and complete@5 of two-tool requests over all, tuning and held-out requests."""
+    rows = []
+    for position, query, gold in requests:
+        top = {k for k, _ in search(index, query, limit=5)}
+        found = sum(g in top for g in gold)
+        rows.append((position % TUNING_EVERY == 0, found / len(gold), found == len(gold)))
+    out = {}
+    for part, keep in (("all", lambda t: True), ("tuning", lambda t: t), ("held-out", lambda t: not t)):
+        chosen = [(r, c) for t, r, c in rows if keep(t)]
+        out[part] = {"n": len(chosen), "recall@5": statistics.fmean(r for r, _ in chosen),
+                     "complete@5": statistics.fmean(c for _, c in chosen)}
+    return out
+
+
+def livemcp_share(index: SearchIndex | Memo, tasks: list[dict],
+                  search: Callable[..., list[tuple[str, float]]] = whole_search) -> tuple[float, int]:
     """Mean share of each task's gold tools found in the top 10, and how many tasks had gold."""
     shares = []
     for task in tasks:
         gold = {f"{g['vendor']}/{g['name']}" for g in task["gold"]}
         if not gold:
             continue
-        top = {k for k, _ in index.search(task["query"], limit=10)}
+        top = {k for k, _ in search(index, task["query"], limit=10)}
         shares.append(len(gold & top) / len(gold))
     return statistics.fmean(shares), len(shares)
 
@@ -125,7 +174,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sample", type=int, default=0, help="use N evenly spaced MetaTool queries")
     parser.add_argument("--bench-dir", type=Path, default=Path("/work/shared/bench"))
+    parser.add_argument("--multi-only", action="store_true",
+                        help="only the multi-intent section; its 10,000-tool timing with random unit tool vectors")
     args = parser.parse_args()
+    if args.multi_only:
+        multi_only(args.bench_dir, args.sample)
+        return
     bench = args.bench_dir
 
     start = time.perf_counter()
@@ -150,7 +204,8 @@ def main() -> None:
         embed_seconds.append(time.perf_counter() - start)
 
     meta_index, build_small = timed_build(meta_docs)
-    found, seconds = ranks(meta_index, queries)
+    meta_memo = Memo(meta_index)
+    found, seconds = ranks(meta_memo, queries)
     tuning = [f for (i, _, _), f in zip(rows, found) if i % TUNING_EVERY == 0]
     held_out = [f for (i, _, _), f in zip(rows, found) if i % TUNING_EVERY != 0]
     empty = sum(not meta_index.search(q, limit=10) for q, _ in timing_queries)
@@ -158,7 +213,8 @@ def main() -> None:
 
     live_docs = load_tools(bench / "livemcpbench" / "tools.json")
     tasks = json.loads((bench / "livemcpbench" / "tasks.json").read_text(encoding="utf-8"))
-    live_share, live_tasks = livemcp_share(SearchIndex.build(live_docs), tasks)
+    live_memo = Memo(SearchIndex.build(live_docs))
+    live_share, live_tasks = livemcp_share(live_memo, tasks)
 
     rng = random.Random(SEED)
     base = meta_docs + live_docs
@@ -203,6 +259,84 @@ def main() -> None:
     print(f"| index build from stored vectors, {len(padded)} tools | {build_big * 1000:.0f} ms |")
     print(f"| query time, {len(padded)} tools, median / p99 ({len(big_seconds)} queries) | "
           f"{percentile_ms(big_seconds, 50):.2f} / {percentile_ms(big_seconds, 99):.2f} ms |")
+    print()
+    multi_section(bench, meta_memo, rows, found, live_memo, tasks, big_index, timing_queries)
+
+
+def multi_only(bench: Path, sample: int) -> None:
+    """The multi-intent section alone: tool vectors computed for the 199 MetaTool tools only; the
+    10,000-tool index for timing gets random unit vectors (ranking cost does not depend on them)."""
+    import numpy as np
+
+    embedder.model()
+    wordllama()
+    meta_docs, _ = with_vectors(load_tools(bench / "metatool" / "tools.json"))
+    with (bench / "metatool" / "queries.csv").open(encoding="utf-8", newline="") as fh:
+        rows = [(i, r["query"], f"{r['vendor']}/{r['name']}") for i, r in enumerate(csv.DictReader(fh))]
+    if sample:
+        rows = sorted(random.Random(SEED).sample(rows, min(sample, len(rows))))
+    meta = Memo(SearchIndex.build(meta_docs))
+    found, _ = ranks(meta, [(q, g) for _, q, g in rows])
+    live_docs = load_tools(bench / "livemcpbench" / "tools.json")
+    tasks = json.loads((bench / "livemcpbench" / "tasks.json").read_text(encoding="utf-8"))
+    base = meta_docs + live_docs
+    rng = np.random.default_rng(SEED)
+    unit = [rng.standard_normal(384).astype(np.float32) for _ in range(PAD_TO)]
+    padded = [Document(d.key, d.vendor, d.name, d.description, (v / np.linalg.norm(v)).astype("<f2").tobytes())
+              for d, v in zip(base + variants(base, PAD_TO - len(base), random.Random(SEED)), unit)]
+    print(f"Command: `python bench/find_tool_quality.py --multi-only{' --sample ' + str(sample) if sample else ''}` "
+          f"({datetime.date.today().isoformat()}, {len(rows)} single-tool queries)")
+    print()
+    queries = [(q, g) for _, q, g in rows]
+    multi_section(bench, meta, rows, found, Memo(SearchIndex.build(live_docs)), tasks, SearchIndex.build(padded),
+                  queries[:: max(1, len(queries) // 500)])
+
+
+def multi_section(bench: Path, meta: Memo, rows: list[tuple[int, str, str]], found: list[int | None],
+                  live: Memo, tasks: list[dict], big_index: SearchIndex,
+                  timing_queries: list[tuple[str, str]]) -> None:
+    """Issue 25, goal 5: whole request only (before) and split into intents (now), side by side."""
+    multi = [(i, m["query"], [f"{g['vendor']}/{g['name']}" for g in m["gold"]])
+             for i, m in enumerate(json.loads((bench / "metatool" / "multi_queries.json").read_text(encoding="utf-8")))]
+    split_found, _ = ranks(meta, [(q, g) for _, q, g in rows], split_search)
+    singles = {label: {part: quality([f for (i, _, _), f in zip(rows, ranked) if keep(i)])
+                       for part, keep in (("all", lambda i: True), ("tuning", lambda i: i % TUNING_EVERY == 0),
+                                          ("held-out", lambda i: i % TUNING_EVERY != 0))}
+               for label, ranked in (("before", found), ("now", split_found))}
+    twos = {label: multi_quality(meta, multi, search) for label, search in (("before", whole_search),
+                                                                          ("now", split_search))}
+    lives = {label: livemcp_share(live, tasks, search)[0] for label, search in (("before", whole_search),
+                                                                               ("now", split_search))}
+    print("### Multi-intent requests (issue 25, goal 5): whole request only (before) vs split into intents (now)")
+    print()
+    print(f"Requests split into intents: MetaTool single-tool {sum(bool(intents.intents(q)) for _, q, _ in rows)} "
+          f"of {len(rows)}, two-tool {sum(bool(intents.intents(q)) for _, q, _ in multi)} of {len(multi)}.")
+    print()
+    print("| measure | part | before | now | now / before |")
+    print("|---|---|---:|---:|---:|")
+    for part in ("all", "tuning", "held-out"):
+        for measure, figures in (("MetaTool two-tool complete@5", {k: v[part]["complete@5"] for k, v in twos.items()}),
+                                 ("MetaTool two-tool recall@5", {k: v[part]["recall@5"] for k, v in twos.items()}),
+                                 ("MetaTool single-tool recall@5", {k: v[part]["recall@5"] for k, v in singles.items()}),
+                                 ("MetaTool single-tool recall@1", {k: v[part]["recall@1"] for k, v in singles.items()})):
+            print(f"| {measure} | {part} | {figures['before']:.3f} | {figures['now']:.3f} | "
+                  f"{figures['now'] / figures['before']:.2f}x |")
+    print(f"| LiveMCPBench mean share of gold in top 10 | all | {lives['before']:.3f} | {lives['now']:.3f} | "
+          f"{lives['now'] / lives['before']:.2f}x |")
+    print()
+    print(f"| query time at {len(big_index)} tools, warm | requests | median | p99 |")
+    print("|---|---:|---:|---:|")
+    for label, texts, search in (
+            ("single-tool requests, whole only (before)", [q for q, _ in timing_queries], whole_search),
+            ("single-tool requests, split (now)", [q for q, _ in timing_queries], split_search),
+            ("two-tool requests, whole only (before)", [q for _, q, _ in multi], whole_search),
+            ("two-tool requests, split (now)", [q for _, q, _ in multi], split_search)):
+        seconds = []
+        for text in texts:
+            start = time.perf_counter()
+            search(big_index, text, limit=10)
+            seconds.append(time.perf_counter() - start)
+        print(f"| {label} | {len(seconds)} | {percentile_ms(seconds, 50):.1f} ms | {percentile_ms(seconds, 99):.1f} ms |")
 
 
 if __name__ == "__main__":

@@ -223,10 +223,13 @@ def versions(account_id: str, vendor: str, name: str, *, consistent: bool = Fals
 def search(account_id: str, query: str, limit: int) -> tuple[list[Tool], int]:
     """The best `limit` tools for a query, and how many more matched (counted up to
     MORE_COUNTED). The index is the warm instance's, kept current with the toolbox
-    (chalicelib/indexes.py), and so is what the account's use taught it (chalicelib/usage.py);
-    the hits are read fresh (one BatchGetItem)."""
+    (chalicelib/indexes.py), and so is what the account's use taught it (chalicelib/usage.py); a
+    request for several things is split into its intents (chalicelib/search/queries.py); the hits
+    are read fresh (one BatchGetItem)."""
+    from chalicelib.search import queries  # with numpy and the models, as in _publish
+
     index, learned = indexes.current_with_memory(account_id)
-    hits = index.search(query, limit + MORE_COUNTED, memory=usage.memory(account_id, learned))
+    hits = queries.search(index, query, limit + MORE_COUNTED, memory=usage.memory(account_id, learned))
     return resolve_many(account_id, [indexes.tool_of(key) for key, _ in hits[:limit]]), max(len(hits) - limit, 0)
 
 

@@ -1,0 +1,89 @@
+"""Requests that ask for several things at once ("the stock price of Apple and any recent news"):
+split into their intents, each searched alone as well as the whole, and the rankings merged so that
+every intent's best tool reaches the top of the answer.
+
+The split follows sentences and, within a sentence, the connectors "and", "and then", "then",
+"also", "as well as", "along with", "plus" and commas followed by a space. A piece without
+MIN_PART_WORDS content words (words that are not stop words) joins its neighbour, so "Hi, can you
+..." stays whole. At most MAX_PARTS parts come from the first MAX_SPLIT_CHARS characters, however
+long the request: each part costs one more MiniLM forward pass. (Many one-intent requests split
+too, since 63% of MetaTool's contain a comma or an "and"; the merge keeps most of them intact.)
+
+A request that does not split ranks exactly as SearchIndex.search ranks it; one that does keeps
+the whole request's best hit first.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Protocol
+
+from chalicelib.search.text import content_words
+
+if TYPE_CHECKING:
+    from chalicelib.search.usage import Memory
+
+MAX_PARTS = 3  # parts searched besides the whole request (one forward pass each)
+MAX_SPLIT_CHARS = 600  # a longer request is split on its first so many characters only
+MIN_PART_WORDS = 1  # content words a piece needs to stand as an intent of its own
+
+_SENTENCE_END = re.compile(r"[.!?;]+(?:\s+|$)")
+_CONNECTOR = re.compile(
+    r"\s*,?\s*\b(?:and\s+then|and\s+also|as\s+well\s+as|along\s+with|after\s+that|and|also|plus|then)\b\s*"
+    r"|\s*,\s+", re.IGNORECASE)  # a comma with a space after it: "1,000" and "53,-0.13" stay whole
+
+
+class Searchable(Protocol):
+    """What the merge needs of an index: SearchIndex.search."""
+
+    def search(self, query: str, limit: int = 10, memory: Memory | None = None) -> list[tuple[str, float]]: ...
+
+
+def intents(query: str) -> list[str]:
+    """The request's intents, each a piece of its text; [] when it is one intent (not split)."""
+    text = query[:MAX_SPLIT_CHARS]
+    pieces = [piece for sentence in _cut(text, _SENTENCE_END) for piece in _cut(sentence, _CONNECTOR)]
+    parts: list[str] = []
+    for piece in pieces:
+        if parts and (len(content_words(piece)) < MIN_PART_WORDS or len(content_words(parts[-1])) < MIN_PART_WORDS):
+            parts[-1] = f"{parts[-1]} {piece}"  # too slight to stand alone: it joins its neighbour
+        else:
+            parts.append(piece)
+    if len(parts) < 2 or len(content_words(parts[-1])) < MIN_PART_WORDS:
+        return []
+    if len(parts) > MAX_PARTS:  # the rest of the request rides on the last part
+        parts[MAX_PARTS - 1:] = [" ".join(parts[MAX_PARTS - 1:])]
+    return parts
+
+
+def search(index: Searchable, query: str, limit: int, memory: Memory | None = None) -> list[tuple[str, float]]:
+    """Up to `limit` keys with scores, best first: the whole request's ranking when it is one
+    intent; else the whole request's best hit, then every tool by its best score for the whole
+    request or any one part (so each intent's best tools rise, whichever part they answer).
+    `memory` (the account's own use) weighs in on the whole request and on every part."""
+    whole = index.search(query, limit, memory=memory)
+    parts = intents(query) if whole else []  # no hit for the whole request: none for its parts
+    if not parts:
+        return whole
+    return merged([whole, *(index.search(part, limit, memory=memory) for part in parts)], limit)
+
+
+def merged(rankings: list[list[tuple[str, float]]], limit: int) -> list[tuple[str, float]]:
+    """The first ranking's best hit, then each key once by its best score in any ranking (ties by
+    key). SearchIndex's scores are sums of per-query normalised signals, so they compare roughly
+    across the queries of one request; the max did best on the tuning parts, ahead of reciprocal
+    rank fusion and round-robin interleaving (bench/find_tool_quality.py)."""
+    best: dict[str, float] = {}
+    for ranking in rankings:
+        for key, score in ranking:
+            best[key] = max(score, best.get(key, score))
+    order = sorted(best, key=lambda key: (-best[key], key))
+    if rankings[0]:  # the whole request's best hit stays first
+        order.remove(rankings[0][0][0])
+        order.insert(0, rankings[0][0][0])
+    return [(key, best[key]) for key in order[:limit]]
+
+
+def _cut(text: str, separator: re.Pattern[str]) -> list[str]:
+    """The non-blank pieces of `text` between matches of `separator`."""
+    return [piece.strip() for piece in separator.split(text) if piece.strip()]

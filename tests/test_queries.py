@@ -1,0 +1,154 @@
+"""Requests for several things at once: the split into intents and the merged ranking
+(chalicelib/search/queries.py), and find_tool answering both tools of a two-tool request."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from chalicelib.search import queries
+from chalicelib.search.documents import Document
+from chalicelib.search.index import SearchIndex
+
+TOOLBOX = [
+    ("metoffice", "daily-forecast", "Weather forecast for a city: temperature, rain and wind, day by day."),
+    ("metoffice", "hourly-forecast", "Hourly weather forecast for a city: temperature, rain and wind."),
+    ("metoffice", "weather-warnings", "Severe weather warnings for rain, wind, snow and storms in a region."),
+    ("metoffice", "pollen-forecast", "Pollen and air quality forecast for a city."),
+    ("deepl", "translate-text", "Translate text into another language."),
+    ("stripe", "create-invoice", "Create and send an invoice for a customer."),
+    ("shopify", "list-customers", "List the customers of the store with their contact details."),
+]
+TWO_TOOLS = "What is the weather forecast for Paris tomorrow, will there be rain or wind, and translate a sentence into French"
+
+
+@pytest.fixture(scope="module")
+def index() -> SearchIndex:
+    return SearchIndex.build(Document(f"{v}/{n}", v, n, d) for v, n, d in TOOLBOX)
+
+
+def keys(hits: list[tuple[str, float]]) -> list[str]:
+    return [key for key, _ in hits]
+
+
+class FakeIndex:
+    """Answers fixed rankings per query text, and records what it was asked."""
+
+    def __init__(self, answers: dict[str, list[tuple[str, float]]]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+
+    def search(self, query: str, limit: int = 10, memory: object = None) -> list[tuple[str, float]]:
+        self.asked.append(query)
+        return self.answers.get(query, [])[:limit]
+
+
+@pytest.mark.parametrize("request_text", [
+    "list sales orders",
+    "Hi, can you find flights to Paris?",
+    "refund the payment of order 1234",
+    "Please, help me.",
+    "",
+])
+def test_a_single_intent_request_is_not_split(request_text: str) -> None:
+    # GIVEN a request for one thing  WHEN it is split  THEN it stays whole
+    assert queries.intents(request_text) == []
+
+
+@pytest.mark.parametrize(("request_text", "parts"), [
+    ("Get the stock price of Apple and any recent news about it",
+     ["Get the stock price of Apple", "any recent news about it"]),
+    ("Book a table for two. Then send the invoice to the customer",
+     ["Book a table for two", "send the invoice to the customer"]),
+    ("find hotels in Rome, also convert 100 dollars to euros",
+     ["find hotels in Rome", "convert 100 dollars to euros"]),
+    ("ship 1,000 widgets to 53,-0.13, then invoice the buyer",
+     ["ship 1,000 widgets to 53,-0.13", "invoice the buyer"]),
+])
+def test_a_clear_two_intent_request_yields_both_parts(request_text: str, parts: list[str]) -> None:
+    # GIVEN a request for two things  WHEN it is split  THEN each is a part of its own
+    assert queries.intents(request_text) == parts
+
+
+@pytest.mark.parametrize("request_text", [
+    "weather and " * 50_000,
+    ", ".join(f"word{i}" for i in range(100_000)),
+    ". ".join(["translate this and that, also then plus"] * 10_000),
+    "and " * 100_000,
+    ", " * 100_000,
+])
+def test_a_hostile_request_stays_bounded(request_text: str) -> None:
+    # GIVEN a huge request full of connectors
+    start = time.process_time()
+    # WHEN it is split
+    parts = queries.intents(request_text)
+    # THEN there are at most MAX_PARTS parts, all cut from its first MAX_SPLIT_CHARS characters
+    assert len(parts) <= queries.MAX_PARTS
+    assert sum(len(part) for part in parts) <= queries.MAX_SPLIT_CHARS
+    assert time.process_time() - start < 5  # a loose bound: a runaway split takes minutes here
+
+
+def test_a_hostile_request_costs_at_most_max_parts_extra_searches() -> None:
+    # GIVEN an index that finds the same tool for anything
+    class Anything(FakeIndex):
+        def search(self, query: str, limit: int = 10, memory: object = None) -> list[tuple[str, float]]:
+            self.asked.append(query)
+            return [("a/b", 1.0)]
+
+    index = Anything({})
+    # WHEN a request of a thousand intents is searched
+    queries.search(index, " and ".join(f"thing{i} stuff" for i in range(1000)), 5)
+    # THEN the whole request and at most MAX_PARTS parts were searched
+    assert len(index.asked) == 1 + queries.MAX_PARTS
+
+
+def test_a_request_that_is_not_split_ranks_exactly_as_the_index_does(index: SearchIndex) -> None:
+    # GIVEN a one-intent request
+    request_text = "hourly weather forecast for a city"
+    # WHEN find_tool's search runs it  THEN the answer is the index's own, scores included
+    assert queries.search(index, request_text, 5) == index.search(request_text, 5)
+
+
+def test_a_two_tool_request_gets_both_tools_into_the_top_k(index: SearchIndex) -> None:
+    # GIVEN a toolbox where the whole request's top 3 are all weather tools
+    whole = keys(index.search(TWO_TOOLS, 3))
+    assert "deepl/translate-text" not in whole
+    # WHEN the request is searched intent by intent
+    found = keys(queries.search(index, TWO_TOOLS, 3))
+    # THEN the forecast and the translation are both in the top 3, the whole request's best first
+    assert found[0] == whole[0]
+    assert "deepl/translate-text" in found
+    assert len(found) == len(set(found)) == 3
+
+
+def test_the_merge_keeps_the_whole_requests_best_hit_first() -> None:
+    # GIVEN a part whose best hit outscores the whole request's best
+    fake = FakeIndex({"weather in Paris and translate it": [("w/daily", 2.0), ("w/hourly", 1.5)],
+                      "weather in Paris": [("w/hourly", 3.0), ("w/daily", 2.5)],
+                      "translate it": [("t/translate", 2.2)]})
+    # WHEN the request is searched
+    found = queries.search(fake, "weather in Paris and translate it", 3)
+    # THEN the whole's best stays first, then every tool by its best score in any ranking
+    assert found == [("w/daily", 2.5), ("w/hourly", 3.0), ("t/translate", 2.2)]
+
+
+def test_no_hit_for_the_whole_request_is_no_hit_at_all() -> None:
+    # GIVEN an index with no hit for the whole request, but one for a part
+    fake = FakeIndex({"zzqx frobnicate": [], "xyzzy and zzqx frobnicate": []})
+    fake.answers["xyzzy"] = [("a/b", 1.0)]
+    # WHEN it is searched  THEN nothing is answered, and no part was searched
+    assert queries.search(fake, "xyzzy and zzqx frobnicate", 5) == []
+    assert fake.asked == ["xyzzy and zzqx frobnicate"]
+
+
+def test_find_tool_answers_both_tools_of_a_two_tool_request(admin, mcp) -> None:
+    # GIVEN the toolbox published in an account
+    for vendor, name, description in TOOLBOX:
+        admin.publish(vendor=vendor, name=name, description=description)
+    # WHEN an agent asks find_tool for both things at once, three hits
+    hits = mcp.call("find_tool", {"query": TWO_TOOLS, "limit": 3})["structuredContent"]["hits"]
+    # THEN the translation tool is among them, next to a forecast
+    names = [hit["name"] for hit in hits]
+    assert "translate-text" in names
+    assert any(name.endswith("forecast") for name in names)
