@@ -63,6 +63,7 @@ class Pair:
     request: str
     tool: str
     validation: bool
+    detail: str = ""  # the tool text without the summary: name words, then the description alone
 
 
 def validation_api(api: str) -> bool:
@@ -115,7 +116,8 @@ def api_pairs(api: str, document: dict[str, Any], rng: random.Random) -> list[Pa
             continue
         seen.add(request)
         tool = _vector_text(name, _description(operation.spec, operation.key))[:MAX_TOOL_CHARS]
-        candidates.append(Pair(api, request, tool, validation_api(api)))
+        detail_text = _vector_text(name, detail.strip() or operation.key)[:MAX_TOOL_CHARS]
+        candidates.append(Pair(api, request, tool, validation_api(api), detail_text))
     rng.shuffle(candidates)
     return candidates[:PER_API]
 
@@ -153,23 +155,24 @@ def build_pairs() -> list[Pair]:
     return pairs[:MAX_PAIRS]
 
 
-def load(embed: bool = True) -> tuple[list[Pair], np.ndarray, np.ndarray]:
+def load(embed: bool = True, target: str = "tool") -> tuple[list[Pair], np.ndarray, np.ndarray]:
     """The pairs and their MiniLM vectors (requests as queries are embedded; tools as stored:
-    rounded through float16), built and cached on first use."""
+    rounded through float16), built and cached on first use. `target` "detail": the vectors of
+    the tool texts without the summary (harder pairs: the request is not in the text)."""
     from chalicelib import embedder
 
     OUT.mkdir(parents=True, exist_ok=True)
     meta = OUT / "pairs.json"
     if meta.exists():
         pairs = [Pair(**p) for p in json.loads(meta.read_text())["pairs"]]
-    else:
+    if not meta.exists() or not pairs[0].detail:
         pairs = build_pairs()
         meta.write_text(json.dumps({"version": VERSION, "pairs": [asdict(p) for p in pairs]}))
     if not embed:
         return pairs, np.zeros((0, 384)), np.zeros((0, 384))
     vectors = []
-    for label, texts, stored in (("requests", [p.request for p in pairs], False),
-                                 ("tools", [p.tool for p in pairs], True)):
+    tools = ("tools", [p.tool for p in pairs]) if target == "tool" else ("details", [p.detail for p in pairs])
+    for label, texts, stored in (("requests", [p.request for p in pairs], False), (*tools, True)):
         path = OUT / f"{label}.npy"
         if not path.exists():
             start = time.perf_counter()

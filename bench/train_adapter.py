@@ -49,6 +49,7 @@ BATCH = 128
 EPOCHS = 12
 LEARNING_RATE = 0.5
 DECAY = 1e-3
+MIN_GAIN = 0.005
 TUNING_EVERY = 10
 WEIGHTS = ROOT / "chalicelib" / "search" / "adapter.npy"
 
@@ -144,6 +145,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", action="store_true", help="write the weights if the held-out figures allow")
     parser.add_argument("--sample", type=int, default=0, help="every Nth MetaTool query only (speed)")
+    parser.add_argument("--target", choices=("tool", "detail"), default="tool",
+                        help="train towards the tool texts as embedded (tool) or without their summary (detail)")
     parser.add_argument("--bench-dir", type=Path, default=Path("/work/shared/bench"))
     args = parser.parse_args()
 
@@ -151,9 +154,10 @@ def main() -> None:
     from chalicelib.search.index import SearchIndex
 
     pairs, requests, tools = load_pairs()
+    targets = tools if args.target == "tool" else load_pairs(target=args.target)[2]
     is_val = np.array([p.validation for p in pairs])
     start = time.perf_counter()
-    weights, log = train(requests[~is_val], tools[~is_val], requests[is_val], tools[is_val])
+    weights, log = train(requests[~is_val], targets[~is_val], requests[is_val], tools[is_val])
     train_seconds = time.perf_counter() - start
 
     rows: list[tuple[str, str, str, str]] = []
@@ -181,6 +185,7 @@ def main() -> None:
     meta_matrix = np.stack([np.frombuffer(d.vector or b"", "<f2").astype(np.float32) for d in meta_docs])
     meta_keys = [d.key for d in meta_docs]
     figures: dict[str, dict[str, float]] = {}
+    ranks_by_mode: dict[str, list[int | None]] = {}
     try:
         for mode, w in (("without", None), ("with", weights)):
             vectors.clear()
@@ -197,6 +202,7 @@ def main() -> None:
                 if gold_keys:
                     top = {k for k, _ in live_index.search(task["query"], limit=10)}
                     shares.append(len(gold_keys & top) / len(gold_keys))
+            ranks_by_mode[mode] = found
             out: dict[str, float] = {}
             for part, keep in (("held-out", lambda i: i % TUNING_EVERY != 0), ("tuning", lambda i: i % TUNING_EVERY == 0)):
                 ranks = [f for (i, _, _), f in zip(meta, found, strict=True) if keep(i)]
@@ -224,9 +230,11 @@ def main() -> None:
 
     print(f"## query adapter, without and with ({datetime.date.today().isoformat()})")
     print()
-    print(f"Command: `nice -n 15 .venv/bin/python bench/train_adapter.py{' --sample ' + str(args.sample) if args.sample else ''}`"
+    flags = (f" --sample {args.sample}" if args.sample else "") + (f" --target {args.target}" if args.target != "tool" else "")
+    print(f"Command: `nice -n 15 .venv/bin/python bench/train_adapter.py{flags}`"
           f"; {len(pairs)} pairs ({(~is_val).sum()} train, {is_val.sum()} validation), W 384x384, "
-          f"tau {TAU}, batch {BATCH}, lr {LEARNING_RATE}, decay {DECAY}, {EPOCHS} epochs, seed {SEED}; "
+          f"trained towards `{args.target}` texts, tau {TAU}, "
+          f"batch {BATCH}, lr {LEARNING_RATE}, decay {DECAY}, {EPOCHS} epochs, seed {SEED}; "
           f"training took {train_seconds:.0f} s.")
     print()
     for line in log:
@@ -236,8 +244,17 @@ def main() -> None:
     print("|---|---|---:|---:|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
-    helps = (b["held-out r1"] > a["held-out r1"] and b["held-out mrr"] >= a["held-out mrr"] and b["live"] >= a["live"])
+    # A gain is one past noise: held-out recall@1 up by MIN_GAIN (about one standard error of
+    # a proportion near 0.6 over 18,552 queries is 0.0036), nothing else down.
+    helps = (b["held-out r1"] - a["held-out r1"] >= MIN_GAIN and b["held-out r5"] >= a["held-out r5"]
+             and b["held-out mrr"] >= a["held-out mrr"] and b["live"] >= a["live"])
+    held = [i for i, (n, _, _) in enumerate(meta) if n % TUNING_EVERY != 0]
+    before = [ranks_by_mode["without"][i] or 11 for i in held]
+    after = [ranks_by_mode["with"][i] or 11 for i in held]
     print()
+    print(f"MetaTool held-out, query by query: {sum(x < y for x, y in zip(after, before, strict=True))} ranked "
+          f"better with the adapter, {sum(x > y for x, y in zip(after, before, strict=True))} worse; "
+          f"exact recall@1 {a['held-out r1']:.4f} -> {b['held-out r1']:.4f}.")
     print(f"Held-out verdict: {'helps' if helps else 'does not help'}; |W| (Frobenius) {np.linalg.norm(weights):.3f}.")
     if args.save:
         if helps:
