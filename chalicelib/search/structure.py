@@ -1,0 +1,191 @@
+"""The structure signal: what an imported operation's shape says beyond its prose.
+
+An OpenAPI operation knows its method, its path and its operationId. A request such as "list
+issues in a repository" says what it wants done (read, create, update, delete) and to what
+(issues, of a repository). Per doc, summed:
+
+* intent -- the request's first action verb ("list", "create", "remove", ...) against the
+  operation's own: the first word of its operationId or summary when that is a known verb (a
+  POST that searches says "get"), else its method. A read asked for scores +1 on a read and -1
+  on a write; a write asked for, the reverse, and a delete asked for is -1 on a create or update.
+* cover -- the share of the operation's resource words (static path segments, operationId
+  words; the last path segment counting double) that the request names, times the share of the
+  request's nouns the operation holds: "create an issue" covers create-issue whole and
+  create-issue-type half. A shorter operation that covers the request ranks ahead of a longer
+  one that adds words.
+* many -- a read asked for in the plural or with "list"/"all" scores +1 on a collection
+  (the path ends in a fixed segment) and -1 on one item (it ends in a placeholder).
+
+Docs without structure (authored tools, MCP servers' tools, benchmark tools) get 0 on every
+part, so their ranking is exactly as before; the signal is added in chalicelib/search/index.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from chalicelib.search.text import stem, words
+
+READ, CREATE, UPDATE, DELETE = 1, 2, 3, 4  # 0: no known intent
+_VERBS = {
+    READ: "list get show view find fetch see display read retrieve search lookup look check browse what which who "
+          "where query count describe inspect download export",
+    CREATE: "create add new make open post register insert upload generate submit allocate",
+    UPDATE: "update edit change modify set rename patch replace put configure adjust mark move close",
+    DELETE: "delete remove destroy revoke drop erase purge uninstall unassign detach",
+}
+VERBS: dict[str, int] = {word: kind for kind, text in _VERBS.items() for word in text.split()}
+_METHODS = {"GET": READ, "HEAD": READ, "POST": CREATE, "PUT": UPDATE, "PATCH": UPDATE, "DELETE": DELETE}
+# intent asked (row) x operation's (column): read vs write opposite; a delete is no create or update
+_MATCH = np.array([
+    [0, 0, 0, 0, 0],
+    [0, 1, -1, -1, -1],
+    [0, -1, 1, 0, -1],
+    [0, -1, 0, 1, -1],
+    [0, -1, -1, -1, 1],
+], np.float64)
+_PLURAL_ASKS = frozenset({"list", "all", "every", "many"})
+_NOT_RESOURCES = frozenset({"api", "json", "xml", "html", "rest", "by", "for", "of", "the", "a", "an", "and", "or",
+                            "in", "to", "from", "with", "id"})
+_VERSION = re.compile(r"v\d+(\.\d+)*|\d+")
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+LAST_WEIGHT = 2.0  # the last fixed path segment names what the operation acts on
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What an imported operation's shape says: its intent, its resource words with their
+    weights, and whether it acts on a collection."""
+
+    intent: int
+    resources: dict[str, float]  # stemmed resource word -> weight
+    collection: bool  # the path ends in a fixed segment (no placeholder)
+
+
+def of(definition: dict[str, Any], origin: dict[str, Any] | None) -> Structure | None:
+    """The structure of a tool imported from an OpenAPI document, else None (neutral)."""
+    if not isinstance(origin, dict) or origin.get("kind") != "openapi":
+        return None
+    key = origin.get("key")
+    if not isinstance(key, str) or " " not in key:
+        return None
+    method, path = key.split(" ", 1)
+    label = origin.get("label")
+    annotations = definition.get("annotations")
+    title = annotations.get("title", "") if isinstance(annotations, dict) else ""
+    return shaped(method, path, label if isinstance(label, str) else "", title if isinstance(title, str) else "")
+
+
+def shaped(method: str, path: str, label: str = "", title: str = "") -> Structure:
+    """The structure of an operation from its method, path, operationId and summary."""
+    segments = [s for s in path.split("/") if s]
+    fixed = [s for s in segments if not s.startswith("{")]
+    resources: dict[str, float] = {}
+    for position, segment in enumerate(fixed):
+        weight = LAST_WEIGHT if position == len(fixed) - 1 else 1.0
+        for word in _split(segment):
+            resources[word] = max(resources.get(word, 0.0), weight)
+    label_words = _split(label)
+    for word in label_words:
+        if word not in VERBS:
+            resources.setdefault(word, 1.0)
+    verb = next((VERBS[w] for w in label_words[:1] if w in VERBS), 0)
+    if not verb:
+        verb = next((VERBS[stem(w)] for w in words(title)[:1] if stem(w) in VERBS), 0)
+    if not verb:
+        verb = next((VERBS[w] for w in words(title)[:1] if w in VERBS), 0)
+    collection = bool(segments) and not segments[-1].startswith("{")
+    return Structure(verb or _METHODS.get(method.upper(), 0), resources, collection)
+
+
+def _split(text: str) -> list[str]:
+    """Stemmed words of a path segment or an operationId ("pullrequests", "getLinodeInstances")."""
+    return [stem(w) for w in words(_CAMEL.sub(r"\1 \2", text))
+            if w not in _NOT_RESOURCES and not _VERSION.fullmatch(w)]
+
+
+def intent(query: str) -> int:
+    """The intent of a request's first action verb, or 0."""
+    for word in words(query):
+        kind = VERBS.get(word) or VERBS.get(stem(word))
+        if kind:
+            return kind
+    return 0
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The structure side of an index: per doc, its intent and collection flag (arrays), and per
+    resource word the docs holding it with its weight."""
+
+    structures: tuple[Structure | None, ...]
+    intents: np.ndarray  # int8 per doc; 0 also for docs without structure
+    collections: np.ndarray  # +1 collection, -1 one item, 0 no structure
+    shaped: np.ndarray  # bool: the doc has structure
+    totals: np.ndarray  # per doc, the sum of its resource weights
+    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # stemmed word -> (docs, weights)
+
+    @classmethod
+    def build(cls, structures: list[Structure | None]) -> Shapes:
+        """The shapes of docs 0..n-1."""
+        n = len(structures)
+        gathered: defaultdict[str, list[tuple[int, float]]] = defaultdict(list)
+        for row, found in enumerate(structures):
+            for word, weight in (found.resources.items() if found else ()):
+                gathered[word].append((row, weight))
+        postings = {word: (np.array([r for r, _ in rows], np.int64), np.array([w for _, w in rows]))
+                    for word, rows in gathered.items()}
+        return cls(
+            structures=tuple(structures),
+            intents=np.array([s.intent if s else 0 for s in structures], np.int8).reshape(n),
+            collections=np.array([(1 if s.collection else -1) if s else 0 for s in structures], np.float64).reshape(n),
+            shaped=np.array([s is not None for s in structures], bool).reshape(n),
+            totals=np.array([sum(s.resources.values()) if s else 0.0 for s in structures], np.float64).reshape(n),
+            postings=postings,
+        )
+
+    def updated(self, rows: list[int], new: list[Structure | None]) -> Shapes:
+        """A copy with doc `rows[i]` now `new[i]` (rows past the end appended)."""
+        structures = list(self.structures)
+        for row, found in zip(rows, new):
+            if row >= len(structures):
+                structures.extend([None] * (row + 1 - len(structures)))
+            structures[row] = found
+        return Shapes.build(structures)
+
+    @property
+    def nbytes(self) -> int:
+        return (self.intents.nbytes + self.collections.nbytes + self.shaped.nbytes + self.totals.nbytes
+                + sum(d.nbytes + w.nbytes + 100 for d, w in self.postings.values()) + 200 * int(self.shaped.sum()))
+
+    def scores(self, query: str, content: list[str]) -> np.ndarray:
+        """Per doc: intent + cover + many (see the module's docstring); 0 for docs without structure."""
+        n = len(self.shaped)
+        if not self.shaped.any():
+            return np.zeros(n)
+        asked = intent(query)
+        nouns = list(dict.fromkeys(stem(w) for w in content if w not in VERBS and stem(w) not in VERBS))
+        covered, held = np.zeros(n), np.zeros(n)
+        for noun in nouns:
+            if noun in self.postings:
+                docs, weights = self.postings[noun]
+                covered[docs] += weights
+                held[docs] += 1.0
+        cover = np.where(self.totals > 0, covered / np.maximum(self.totals, 1e-9), 0.0)
+        if nouns:
+            cover = cover * held / len(nouns)
+        score = _MATCH[asked][self.intents] + cover
+        if asked == READ and _asks_many(query, content):
+            score = score + self.collections * (self.intents == READ)
+        return np.where(self.shaped, score, 0.0)
+
+
+def _asks_many(query: str, content: list[str]) -> bool:
+    """Whether a read asks for many things: "list", "all", or a noun in the plural."""
+    said = set(words(query))
+    return bool(said & _PLURAL_ASKS) or any(w.endswith("s") and stem(w) != w and w not in VERBS for w in content)
