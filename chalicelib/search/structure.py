@@ -40,6 +40,7 @@ _VERBS = {
     DELETE: "delete remove destroy revoke drop erase purge uninstall unassign detach",
 }
 VERBS: dict[str, int] = {word: kind for kind, text in _VERBS.items() for word in text.split()}
+VERBS.update({stem(word): kind for word, kind in list(VERBS.items())})  # "delet" for "deletes", "deleting"
 _METHODS = {"GET": READ, "HEAD": READ, "POST": CREATE, "PUT": UPDATE, "PATCH": UPDATE, "DELETE": DELETE}
 # intent asked (row) x operation's (column): read vs write opposite; a delete is no create or update
 _MATCH = np.array([
@@ -52,9 +53,16 @@ _MATCH = np.array([
 _PLURAL_ASKS = frozenset({"list", "all", "every", "many"})
 _NOT_RESOURCES = frozenset({"api", "json", "xml", "html", "rest", "by", "for", "of", "the", "a", "an", "and", "or",
                             "in", "to", "from", "with", "id"})
+_NOT_PLACEHOLDERS = frozenset({"id", "uuid", "key", "slug", "name", "encoded", "index", "ids"})
+# a few abbreviations APIs and people both use, to one stem
+_SAME = {"repo": "repository", "config": "configuration", "info": "information", "stat": "statistic",
+         "db": "database", "auth": "authentication", "org": "organization", "env": "environment"}
 _VERSION = re.compile(r"v\d+(\.\d+)*|\d+")
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
-LAST_WEIGHT = 2.0  # the last fixed path segment names what the operation acts on
+# Weights of an operation's resource words: the last fixed path segment names what it acts on
+# (its last word most), earlier segments and placeholders only say where.
+HEAD_WEIGHT, LAST_WEIGHT, CONTEXT_WEIGHT, PLACEHOLDER_WEIGHT, LABEL_WEIGHT = 2.0, 1.0, 0.5, 0.5, 1.0
+W_INTENT, W_COVER, W_MANY = 1.0, 3.0, 1.0
 
 
 @dataclass(frozen=True)
@@ -86,27 +94,37 @@ def shaped(method: str, path: str, label: str = "", title: str = "") -> Structur
     segments = [s for s in path.split("/") if s]
     fixed = [s for s in segments if not s.startswith("{")]
     resources: dict[str, float] = {}
+
+    def add(word: str, weight: float) -> None:
+        resources[word] = max(resources.get(word, 0.0), weight)
+
     for position, segment in enumerate(fixed):
-        weight = LAST_WEIGHT if position == len(fixed) - 1 else 1.0
-        for word in _split(segment):
-            resources[word] = max(resources.get(word, 0.0), weight)
+        found = _split(segment)
+        last = position == len(fixed) - 1
+        for place, word in enumerate(found):
+            add(word, (HEAD_WEIGHT if place == len(found) - 1 else LAST_WEIGHT) if last else CONTEXT_WEIGHT)
+    for segment in segments:
+        if segment.startswith("{"):
+            joined = "".join(w for w in _split(segment) if w not in _NOT_PLACEHOLDERS)
+            if joined and joined not in resources:
+                add(_SAME.get(joined, joined), PLACEHOLDER_WEIGHT)
     label_words = _split(label)
     for word in label_words:
-        if word not in VERBS:
-            resources.setdefault(word, 1.0)
+        if word not in VERBS and word not in resources:
+            add(word, LABEL_WEIGHT)
+    title_words = [stem(w) for w in words(title)]
     verb = next((VERBS[w] for w in label_words[:1] if w in VERBS), 0)
-    if not verb:
-        verb = next((VERBS[stem(w)] for w in words(title)[:1] if stem(w) in VERBS), 0)
-    if not verb:
-        verb = next((VERBS[w] for w in words(title)[:1] if w in VERBS), 0)
-    collection = bool(segments) and not segments[-1].startswith("{")
+    verb = verb or next((VERBS[w] for w in title_words[:1] if w in VERBS), 0)
+    lists = bool({"list", "all"} & set(title_words)) or label_words[:1] == ["list"]
+    collection = bool(segments) and (not segments[-1].startswith("{") or lists)
     return Structure(verb or _METHODS.get(method.upper(), 0), resources, collection)
 
 
 def _split(text: str) -> list[str]:
-    """Stemmed words of a path segment or an operationId ("pullrequests", "getLinodeInstances")."""
-    return [stem(w) for w in words(_CAMEL.sub(r"\1 \2", text))
-            if w not in _NOT_RESOURCES and not _VERSION.fullmatch(w)]
+    """Stemmed words of a path segment or an operationId ("pull_request_id", "getLinodeInstances")."""
+    found = [stem(w) for w in words(_CAMEL.sub(r"\1 \2", text))
+             if w not in _NOT_RESOURCES and not _VERSION.fullmatch(w)]
+    return [_SAME.get(w, w) for w in found]
 
 
 def intent(query: str) -> int:
@@ -169,20 +187,38 @@ class Shapes:
         if not self.shaped.any():
             return np.zeros(n)
         asked = intent(query)
-        nouns = list(dict.fromkeys(stem(w) for w in content if w not in VERBS and stem(w) not in VERBS))
+        units = self._nouns(content)
         covered, held = np.zeros(n), np.zeros(n)
-        for noun in nouns:
+        for noun, count in units:
             if noun in self.postings:
                 docs, weights = self.postings[noun]
                 covered[docs] += weights
-                held[docs] += 1.0
+                held[docs] += count
         cover = np.where(self.totals > 0, covered / np.maximum(self.totals, 1e-9), 0.0)
-        if nouns:
-            cover = cover * held / len(nouns)
-        score = _MATCH[asked][self.intents] + cover
+        if units:
+            cover = cover * held / sum(count for _, count in units)
+        score = W_INTENT * _MATCH[asked][self.intents] + W_COVER * cover
         if asked == READ and _asks_many(query, content):
-            score = score + self.collections * (self.intents == READ)
+            score = score + W_MANY * self.collections * (self.intents == READ)
         return np.where(self.shaped, score, 0.0)
+
+    def _nouns(self, content: list[str]) -> list[tuple[str, int]]:
+        """The request's resource words (stemmed, abbreviations unified) with how many of its
+        words each stands for: two words an operation glues ("pull request": pullrequests) are one."""
+        stems = [_SAME.get(stem(w), stem(w)) for w in content if w not in VERBS and stem(w) not in VERBS]
+        units: list[tuple[str, int]] = []
+        skip = False
+        for first, second in zip(stems, [*stems[1:], ""]):
+            if skip:
+                skip = False
+                continue
+            joined = stem(first + second) if second else ""
+            if joined and joined in self.postings:
+                units.append((joined, 2))
+                skip = True
+            else:
+                units.append((first, 1))
+        return list({noun: (noun, count) for noun, count in units}.values())
 
 
 def _asks_many(query: str, content: list[str]) -> bool:
