@@ -115,6 +115,9 @@ def main() -> None:
     parser.add_argument("--api", help="one query set (its file's stem, e.g. linode)")
     parser.add_argument("--misses", action="store_true", help="print the tuning part's misses")
     parser.add_argument("--github", action="store_true", help="add GitHub's evaluation-only check")
+    parser.add_argument("--metatool", action="store_true",
+                        help="also MetaTool's held-out queries and LiveMCPBench, with and without the signal")
+    parser.add_argument("--bench-dir", type=Path, default=Path("/work/shared/bench"))
     args = parser.parse_args()
     import logging
 
@@ -176,6 +179,41 @@ def main() -> None:
                     new = rank(index, query, {tools[key]})
                     print(f"evaluation only, GitHub ({len(tools)} tools): {query!r} -> {key}: "
                           f"rank today {today}, new {new}")
+
+    if args.metatool:
+        unstructured_sets(args.bench_dir)
+
+
+def unstructured_sets(bench: Path) -> None:
+    """MetaTool single-tool recall (held-out: every query but each 10th) and LiveMCPBench's share
+    of gold tools in the top 10, ranked with the structure signal and with its weight at zero, in
+    this one run: their tools have no structure, so the two must agree."""
+    import csv
+
+    from bench.find_tool_quality import TUNING_EVERY as METATOOL_TUNING
+    from bench.find_tool_quality import livemcp_share, load_tools, quality, ranks, with_vectors
+    from chalicelib.search import index as search_index
+    from chalicelib.search.index import SearchIndex
+
+    meta_docs, _ = with_vectors(load_tools(bench / "metatool" / "tools.json"))
+    with (bench / "metatool" / "queries.csv").open(encoding="utf-8", newline="") as fh:
+        queries = [(row["query"], f"{row['vendor']}/{row['name']}") for i, row in enumerate(csv.DictReader(fh))
+                   if i % METATOOL_TUNING != 0]
+    live_docs, _ = with_vectors(load_tools(bench / "livemcpbench" / "tools.json"))
+    tasks = json.loads((bench / "livemcpbench" / "tasks.json").read_text(encoding="utf-8"))
+    meta_index, live_index = SearchIndex.build(meta_docs), SearchIndex.build(live_docs)
+    default = search_index.W_STRUCTURE
+    print("| corpus | measure | signal off | signal on |")
+    print("|---|---|---:|---:|")
+    found = {}
+    for weight in (0.0, default):
+        search_index.W_STRUCTURE = weight
+        found[weight] = (quality(ranks(meta_index, queries)[0]), livemcp_share(live_index, tasks)[0])
+    search_index.W_STRUCTURE = default
+    off, on = found[0.0], found[default]
+    for measure in ("recall@1", "recall@5", "mrr@10"):
+        print(f"| MetaTool held-out ({len(queries)} queries) | {measure} | {off[0][measure]:.3f} | {on[0][measure]:.3f} |")
+    print(f"| LiveMCPBench ({len(tasks)} tasks) | gold share in top 10 | {off[1]:.3f} | {on[1]:.3f} |")
 
 
 if __name__ == "__main__":

@@ -8,13 +8,16 @@ issues in a repository" says what it wants done (read, create, update, delete) a
   operation's own: the first word of its operationId or summary when that is a known verb (a
   POST that searches says "get"), else its method. A read asked for scores +1 on a read and -1
   on a write; a write asked for, the reverse, and a delete asked for is -1 on a create or update.
-* cover -- the share of the operation's resource words (static path segments, operationId
-  words; the last path segment counting double) that the request names, times the share of the
-  request's nouns the operation holds: "create an issue" covers create-issue whole and
-  create-issue-type half. A shorter operation that covers the request ranks ahead of a longer
-  one that adds words.
-* many -- a read asked for in the plural or with "list"/"all" scores +1 on a collection
-  (the path ends in a fixed segment) and -1 on one item (it ends in a placeholder).
+* cover -- the weighted share of the operation's resource words (fixed path segments, the last
+  one's last word weighing most; placeholders and earlier segments little; operationId words)
+  that the request names, times the share of the request's nouns the operation holds (two words
+  an operation glues, "pull request" for /pullrequests, count as one): "create an issue" covers
+  create-issue whole and create-issue-type in part. A shorter operation that covers the request
+  ranks ahead of a longer one that adds words.
+* many -- a read asked for in the plural or with "list"/"all" scores +1 on a collection (the
+  path ends in a fixed segment, or the summary says "list"/"all") and -1 on one item.
+
+Weights (W_*) were picked on the tuning part (every 3rd request) of bench/apis/*.json only.
 
 Docs without structure (authored tools, MCP servers' tools, benchmark tools) get 0 on every
 part, so their ranking is exactly as before; the signal is added in chalicelib/search/index.py.
