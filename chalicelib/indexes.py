@@ -167,11 +167,13 @@ def _documents(heads: Iterable[ToolVersion]) -> list[Document]:
     needs of each head as it is read. A few missing vectors are computed by the index; many (a
     large import whose vectors the work queue is still computing) would stall this search, so
     they rank without the sentence signal until they arrive."""
+    from chalicelib.search import structure
     from chalicelib.search.documents import PENDING, VECTOR_VERSION, Document
 
     documents = [Document(key=_key(head.vendor, head.name), vendor=head.vendor, name=head.name,
                           description=str(head.definition.get("description", "")),
-                          vector=head.vector if head.vector_version == VECTOR_VERSION else None)
+                          vector=head.vector if head.vector_version == VECTOR_VERSION else None,
+                          structure=structure.of(head.definition, head.origin))
                  for head in heads]
     if sum(document.vector is None for document in documents) <= INLINE_VECTORS:
         return documents

@@ -19,6 +19,7 @@ from chalicelib.search.text import keywords, stem, words
 BM25_K1 = 1.2
 BM25_B = 0.3
 NAME_WEIGHT = 3.0  # a vendor/name term counts like this many description terms
+PATH_WEIGHT = 1.0  # an imported operation's path/operationId word (structure.py), in its name field too
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,12 @@ class Terms:
             freqs[stem(word)] += NAME_WEIGHT
         for word in words(doc.description):
             freqs[stem(word)] += 1.0
-        return cls(dict(freqs), frozenset(map(stem, names)))
+        named = frozenset(map(stem, names))
+        if doc.structure is not None and PATH_WEIGHT:
+            for word in doc.structure.resources:
+                freqs[word] += PATH_WEIGHT
+            named |= frozenset(doc.structure.resources)
+        return cls(dict(freqs), named)
 
 
 _NO_POSTINGS = (np.zeros(0, np.int64), np.zeros(0))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from chalicelib import embedder
+from chalicelib.search.structure import Structure
 from chalicelib.search.text import name_words
 
 # What a stored vector is: change the version whenever the model or the text it is computed
@@ -25,6 +26,8 @@ class Document:
     # document_vector(vendor, name, description); computed if None; PENDING: not computed yet
     # (a large import's vectors come from the work queue), ranked without the sentence signal
     vector: bytes | None = None
+    # what an imported operation's shape says (chalicelib/search/structure.py); None: neutral
+    structure: Structure | None = None
 
 
 PENDING = b""

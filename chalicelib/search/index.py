@@ -27,6 +27,7 @@ from chalicelib.search.arrays import grown, zscore, zscore_among
 from chalicelib.search.bm25 import Lexicon, Terms
 from chalicelib.search.documents import PENDING, Document, stored_vectors
 from chalicelib.search.static import StaticVectors, static_texts
+from chalicelib.search.structure import Shapes
 from chalicelib.search.text import content_words, is_known_word, name_words
 from chalicelib.search.usage import Memory
 
@@ -37,6 +38,7 @@ W_KEYWORD = 1.0
 W_NAME = 2.0  # share of the query's words found in a tool's vendor or name
 GATE_COSINE = 0.25  # best MiniLM cosine that makes a query without shared words answerable
 HIT_COSINE = 0.1  # MiniLM cosine that lists a doc without a shared word, once answerable
+W_STRUCTURE = 3.0  # intent, cover and many of an imported operation (structure.py); 0 for other docs
 SAME_AS_MEAN = 1e-3  # float32 rounding of |v|^2 - 2 v.m + |m|^2 for unit vectors is ~1e-7, so ~3e-4 apart
 
 
@@ -50,6 +52,7 @@ class _Signals:
     distance: np.ndarray  # per doc, |vector - mean| (inf where it has no direction: centred cosine 0)
     static: StaticVectors
     known: np.ndarray  # False for a PENDING vector: its sentence signal is left neutral
+    shapes: Shapes  # what imported operations' structure says (zero for other docs)
 
     def updated(self, rows: list[int], old: list[Document | None], new: list[Document]) -> _Signals:
         """A copy with doc `rows[i]` now `new[i]` (it was `old[i]`; None: appended)."""
@@ -63,6 +66,7 @@ class _Signals:
             **_centre(vectors, known),
             static=self.static.updated(rows, static_texts(new, split), [d.description for d in new]),
             known=known,
+            shapes=self.shapes.updated(rows, [d.structure for d in new]),
         )
 
     def centred(self, cosine: np.ndarray, query_vector: np.ndarray) -> np.ndarray:
@@ -76,7 +80,7 @@ class _Signals:
         postings = sum(docs.nbytes + freqs.nbytes + 100 for docs, freqs in self.lexicon.postings.values())
         names = sum(docs.nbytes + 100 for docs in self.lexicon.in_names.values())
         return (postings + names + self.lexicon.lengths.nbytes + self.vectors.nbytes + self.distance.nbytes
-                + self.static.nbytes + self.known.nbytes)
+                + self.static.nbytes + self.known.nbytes + self.shapes.nbytes)
 
 
 # Changes applied in place leave the static signal's token weights as the last full build measured
@@ -112,6 +116,7 @@ class SearchIndex:
             **_centre(vectors, known),
             static=StaticVectors.build(static_texts(unique, split), [d.description for d in unique]),
             known=known,
+            shapes=Shapes.build([d.structure for d in unique]),
         )
         return cls([replace(d, vector=None) for d in unique], signals)
 
@@ -180,6 +185,8 @@ class SearchIndex:
         fused = (W_SENTENCE * sentence
                  + W_STATIC * zscore(signals.static.cosine(query))
                  + W_KEYWORD * (keyword / top if top > 0 else keyword) + W_NAME * named)
+        if W_STRUCTURE:
+            fused = fused + W_STRUCTURE * signals.shapes.scores(query, content)
         if memory is not None:
             fused = fused + memory.boost(query_vector, self._rows, len(self._keys))
         fused = np.round(fused, 6)  # scores as answered: equal ones (to a rounding) are ordered by key

@@ -1,0 +1,230 @@
+"""The structure signal: what an imported operation's shape says beyond its prose.
+
+An OpenAPI operation knows its method, its path and its operationId. A request such as "list
+issues in a repository" says what it wants done (read, create, update, delete) and to what
+(issues, of a repository). Per doc, summed:
+
+* intent -- the request's first action verb ("list", "create", "remove", ...) against the
+  operation's own: the first word of its operationId or summary when that is a known verb (a
+  POST that searches says "get"), else its method. A read asked for scores +1 on a read and -1
+  on a write; a write asked for, the reverse, and a delete asked for is -1 on a create or update.
+* cover -- the weighted share of the operation's resource words (fixed path segments, the last
+  one's last word weighing most; placeholders and earlier segments little; operationId words)
+  that the request names, times the share of the request's nouns the operation holds (two words
+  an operation glues, "pull request" for /pullrequests, count as one): "create an issue" covers
+  create-issue whole and create-issue-type in part. A shorter operation that covers the request
+  ranks ahead of a longer one that adds words.
+* many -- a read asked for in the plural or with "list"/"all" scores +1 on a collection (the
+  path ends in a fixed segment, or the summary says "list"/"all") and -1 on one item.
+
+Weights (W_*) were picked on the tuning part (every 3rd request) of bench/apis/*.json only.
+
+Docs without structure (authored tools, MCP servers' tools, benchmark tools) get 0 on every
+part, so their ranking is exactly as before; the signal is added in chalicelib/search/index.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from chalicelib.search.text import stem, words
+
+READ, CREATE, UPDATE, DELETE = 1, 2, 3, 4  # 0: no known intent
+_VERBS = {
+    READ: "list get show view find fetch see display read retrieve search lookup look check browse what which who "
+          "where query count describe inspect download export",
+    CREATE: "create add new make open post register insert upload generate submit allocate",
+    UPDATE: "update edit change modify set rename patch replace put configure adjust mark move close",
+    DELETE: "delete remove destroy revoke drop erase purge uninstall unassign detach",
+}
+VERBS: dict[str, int] = {word: kind for kind, text in _VERBS.items() for word in text.split()}
+VERBS.update({stem(word): kind for word, kind in list(VERBS.items())})  # "delet" for "deletes", "deleting"
+_METHODS = {"GET": READ, "HEAD": READ, "POST": CREATE, "PUT": UPDATE, "PATCH": UPDATE, "DELETE": DELETE}
+# intent asked (row) x operation's (column): read vs write opposite; a delete is no create or update
+_MATCH = np.array([
+    [0, 0, 0, 0, 0],
+    [0, 1, -1, -1, -1],
+    [0, -1, 1, 0, -1],
+    [0, -1, 0, 1, -1],
+    [0, -1, -1, -1, 1],
+], np.float64)
+_PLURAL_ASKS = frozenset({"list", "all", "every", "many"})
+_NOT_RESOURCES = frozenset({"api", "json", "xml", "html", "rest", "by", "for", "of", "the", "a", "an", "and", "or",
+                            "in", "to", "from", "with", "id"})
+_NOT_PLACEHOLDERS = frozenset({"id", "uuid", "key", "slug", "name", "encoded", "index", "ids"})
+# a few abbreviations APIs and people both use, to one stem
+_SAME = {"repo": "repository", "config": "configuration", "info": "information", "stat": "statistic",
+         "db": "database", "auth": "authentication", "org": "organization", "env": "environment"}
+_VERSION = re.compile(r"v\d+(\.\d+)*|\d+")
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+# Weights of an operation's resource words: the last fixed path segment names what it acts on
+# (its last word most), earlier segments and placeholders only say where.
+HEAD_WEIGHT, LAST_WEIGHT, CONTEXT_WEIGHT, PLACEHOLDER_WEIGHT, LABEL_WEIGHT = 2.0, 1.0, 0.5, 0.5, 1.0
+W_INTENT, W_COVER, W_MANY = 1.0, 3.0, 1.0
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What an imported operation's shape says: its intent, its resource words with their
+    weights, and whether it acts on a collection."""
+
+    intent: int
+    resources: dict[str, float]  # stemmed resource word -> weight
+    collection: bool  # the path ends in a fixed segment (no placeholder)
+
+
+def of(definition: dict[str, Any], origin: dict[str, Any] | None) -> Structure | None:
+    """The structure of a tool imported from an OpenAPI document, else None (neutral)."""
+    if not isinstance(origin, dict) or origin.get("kind") != "openapi":
+        return None
+    key = origin.get("key")
+    if not isinstance(key, str) or " " not in key:
+        return None
+    method, path = key.split(" ", 1)
+    label = origin.get("label")
+    annotations = definition.get("annotations")
+    title = annotations.get("title", "") if isinstance(annotations, dict) else ""
+    return shaped(method, path, label if isinstance(label, str) else "", title if isinstance(title, str) else "")
+
+
+def shaped(method: str, path: str, label: str = "", title: str = "") -> Structure:
+    """The structure of an operation from its method, path, operationId and summary."""
+    segments = [s for s in path.split("/") if s]
+    fixed = [s for s in segments if not s.startswith("{")]
+    resources: dict[str, float] = {}
+
+    def add(word: str, weight: float) -> None:
+        resources[word] = max(resources.get(word, 0.0), weight)
+
+    for position, segment in enumerate(fixed):
+        found = _split(segment)
+        last = position == len(fixed) - 1
+        for place, word in enumerate(found):
+            add(word, (HEAD_WEIGHT if place == len(found) - 1 else LAST_WEIGHT) if last else CONTEXT_WEIGHT)
+    for segment in segments:
+        if segment.startswith("{"):
+            joined = "".join(w for w in _split(segment) if w not in _NOT_PLACEHOLDERS)
+            if joined and joined not in resources:
+                add(_SAME.get(joined, joined), PLACEHOLDER_WEIGHT)
+    label_words = _split(label)
+    for word in label_words:
+        if word not in VERBS and word not in resources:
+            add(word, LABEL_WEIGHT)
+    title_words = [stem(w) for w in words(title)]
+    verb = next((VERBS[w] for w in label_words[:1] if w in VERBS), 0)
+    verb = verb or next((VERBS[w] for w in title_words[:1] if w in VERBS), 0)
+    lists = bool({"list", "all"} & set(title_words)) or label_words[:1] == ["list"]
+    collection = bool(segments) and (not segments[-1].startswith("{") or lists)
+    return Structure(verb or _METHODS.get(method.upper(), 0), resources, collection)
+
+
+def _split(text: str) -> list[str]:
+    """Stemmed words of a path segment or an operationId ("pull_request_id", "getLinodeInstances")."""
+    found = [stem(w) for w in words(_CAMEL.sub(r"\1 \2", text))
+             if w not in _NOT_RESOURCES and not _VERSION.fullmatch(w)]
+    return [_SAME.get(w, w) for w in found]
+
+
+def intent(query: str) -> int:
+    """The intent of a request's first action verb, or 0."""
+    for word in words(query):
+        kind = VERBS.get(word) or VERBS.get(stem(word))
+        if kind:
+            return kind
+    return 0
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The structure side of an index: per doc, its intent and collection flag (arrays), and per
+    resource word the docs holding it with its weight."""
+
+    structures: tuple[Structure | None, ...]
+    intents: np.ndarray  # int8 per doc; 0 also for docs without structure
+    collections: np.ndarray  # +1 collection, -1 one item, 0 no structure
+    shaped: np.ndarray  # bool: the doc has structure
+    totals: np.ndarray  # per doc, the sum of its resource weights
+    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # stemmed word -> (docs, weights)
+
+    @classmethod
+    def build(cls, structures: list[Structure | None]) -> Shapes:
+        """The shapes of docs 0..n-1."""
+        n = len(structures)
+        gathered: defaultdict[str, list[tuple[int, float]]] = defaultdict(list)
+        for row, found in enumerate(structures):
+            for word, weight in (found.resources.items() if found else ()):
+                gathered[word].append((row, weight))
+        postings = {word: (np.array([r for r, _ in rows], np.int64), np.array([w for _, w in rows]))
+                    for word, rows in gathered.items()}
+        return cls(
+            structures=tuple(structures),
+            intents=np.array([s.intent if s else 0 for s in structures], np.int8).reshape(n),
+            collections=np.array([(1 if s.collection else -1) if s else 0 for s in structures], np.float64).reshape(n),
+            shaped=np.array([s is not None for s in structures], bool).reshape(n),
+            totals=np.array([sum(s.resources.values()) if s else 0.0 for s in structures], np.float64).reshape(n),
+            postings=postings,
+        )
+
+    def updated(self, rows: list[int], new: list[Structure | None]) -> Shapes:
+        """A copy with doc `rows[i]` now `new[i]` (rows past the end appended)."""
+        structures = list(self.structures)
+        for row, found in zip(rows, new):
+            if row >= len(structures):
+                structures.extend([None] * (row + 1 - len(structures)))
+            structures[row] = found
+        return Shapes.build(structures)
+
+    @property
+    def nbytes(self) -> int:
+        return (self.intents.nbytes + self.collections.nbytes + self.shaped.nbytes + self.totals.nbytes
+                + sum(d.nbytes + w.nbytes + 100 for d, w in self.postings.values()) + 200 * int(self.shaped.sum()))
+
+    def scores(self, query: str, content: list[str]) -> np.ndarray:
+        """Per doc: intent + cover + many (see the module's docstring); 0 for docs without structure."""
+        n = len(self.shaped)
+        if not self.shaped.any():
+            return np.zeros(n)
+        asked = intent(query)
+        units = self._nouns(content)
+        covered, held = np.zeros(n), np.zeros(n)
+        for noun, count in units:
+            if noun in self.postings:
+                docs, weights = self.postings[noun]
+                covered[docs] += weights
+                held[docs] += count
+        cover = np.where(self.totals > 0, covered / np.maximum(self.totals, 1e-9), 0.0)
+        if units:
+            cover = cover * held / sum(count for _, count in units)
+        score = W_INTENT * _MATCH[asked][self.intents] + W_COVER * cover
+        if asked == READ and _asks_many(query, content):
+            score = score + W_MANY * self.collections * (self.intents == READ)
+        return np.where(self.shaped, score, 0.0)
+
+    def _nouns(self, content: list[str]) -> list[tuple[str, int]]:
+        """The request's resource words (stemmed, abbreviations unified) with how many of its
+        words each stands for: two words an operation glues ("pull request": pullrequests) are one."""
+        stems = [_SAME.get(stem(w), stem(w)) for w in content if w not in VERBS and stem(w) not in VERBS]
+        units: list[tuple[str, int]] = []
+        skip = False
+        for first, second in zip(stems, [*stems[1:], ""]):
+            if skip:
+                skip = False
+                continue
+            joined = stem(first + second) if second else ""
+            if joined and joined in self.postings:
+                units.append((joined, 2))
+                skip = True
+            else:
+                units.append((first, 1))
+        return list({noun: (noun, count) for noun, count in units}.values())
+
+
+def _asks_many(query: str, content: list[str]) -> bool:
+    """Whether a read asks for many things: "list", "all", or a noun in the plural."""
+    said = set(words(query))
+    return bool(said & _PLURAL_ASKS) or any(w.endswith("s") and stem(w) != w and w not in VERBS for w in content)

@@ -1,0 +1,193 @@
+"""find_tool's structure rules (chalicelib/search/structure.py) on small made-up toolboxes: a read
+asked for ranks reads first, a shorter operation that covers the request ranks ahead of a longer
+one adding words, a plural read ranks the collection first, path and operationId words count
+when a name says nothing, and docs without structure rank exactly as before.
+
+Each rule's test also ranks the same docs without their structure, and checks that the order
+was the other one then: without the rule the test fails."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from chalicelib.search import index as search_index
+from chalicelib.search import structure
+from chalicelib.search.bm25 import Terms
+from chalicelib.search.documents import Document, document_vector
+from chalicelib.search.index import SearchIndex
+from chalicelib.search.text import name_words
+
+
+def operation(name: str, description: str, method: str, path: str, label: str = "") -> Document:
+    """A tool imported from an OpenAPI operation, with its stored vector."""
+    return Document(f"acme/{name}", "acme", name, description, document_vector("acme", name, description),
+                    structure.shaped(method, path, label, description.split(".")[0]))
+
+
+# Other operations of the same made-up API, so each signal's spread is an API's, not two docs'
+FILLER = [("list-labels", "List the labels of a repository.", "GET", "/repos/{owner}/{repo}/labels", "listLabels"),
+          ("get-repo", "Get a repository.", "GET", "/repos/{owner}/{repo}", "getRepo"),
+          ("delete-project", "Delete a project.", "DELETE", "/projects/{id}", "deleteProject"),
+          ("update-user", "Update the signed-in user's profile.", "PATCH", "/user", "updateUser"),
+          ("list-releases", "List releases.", "GET", "/repos/{owner}/{repo}/releases", "listReleases"),
+          ("create-gist", "Create a gist.", "POST", "/gists", "createGist"),
+          ("get-billing", "Billing usage for an organization.", "GET", "/orgs/{org}/billing", "getBilling"),
+          ("star-repo", "Star a repository for the user.", "PUT", "/user/starred/{owner}/{repo}", "starRepo")]
+
+
+@functools.cache
+def filler() -> tuple[Document, ...]:
+    return tuple(operation(*row) for row in FILLER)
+
+
+def ranked(docs: list[Document], query: str, *, shaped: bool = True) -> list[str]:
+    """Names best first among `docs` and FILLER, with their structure or without it (today's ranking)."""
+    docs = [*docs, *filler()]
+    built = SearchIndex.build(docs if shaped else [replace(doc, structure=None) for doc in docs])
+    return [key.split("/", 1)[1] for key, _ in built.search(query, limit=10)]
+
+
+def first_of(order: list[str], *names: str) -> str:
+    return min(names, key=lambda name: order.index(name) if name in order else len(order))
+
+
+def test_a_read_request_ranks_the_read_operation_first() -> None:
+    # GIVEN a write whose prose says more about sales orders than the read's does
+    docs = [operation("create-sales-order", "Create a sales order in Unleashed: the sales order's lines, customer "
+                      "and warehouse.", "POST", "/salesorders", "createSalesOrder"),
+            operation("list-sales-orders", "Orders placed so far.", "GET", "/salesorders", "listSalesOrders")]
+    # WHEN a person asks to see the sales orders
+    query = "show the unleashed sales orders"
+    # THEN the read comes first, where without structure the write did
+    assert first_of(ranked(docs, query), "create-sales-order", "list-sales-orders") == "list-sales-orders"
+    assert first_of(ranked(docs, query, shaped=False), "create-sales-order", "list-sales-orders") == "create-sales-order"
+
+
+def test_a_write_request_ranks_the_write_operation_first() -> None:
+    # GIVEN a read whose prose mentions creating
+    docs = [operation("get-webhooks", "Webhooks: every webhook created for the account, newest created first.",
+                      "GET", "/webhooks", "getWebhooks"),
+            operation("post-webhooks", "Subscribes a URL.", "POST", "/webhooks", "postWebhooks")]
+    # WHEN a person asks to create one
+    query = "create a webhook"
+    # THEN the write comes first, where without structure the read did
+    assert first_of(ranked(docs, query), "get-webhooks", "post-webhooks") == "post-webhooks"
+    assert first_of(ranked(docs, query, shaped=False), "get-webhooks", "post-webhooks") == "get-webhooks"
+
+
+def test_a_shorter_operation_covering_the_request_ranks_ahead_of_one_adding_words() -> None:
+    # GIVEN create-issue and create-issue-type, the longer one with the richer prose
+    docs = [operation("create-issue", "Opens one in a repository.", "POST", "/repos/{owner}/{repo}/issues",
+                      "createIssue"),
+            operation("create-issue-type", "Create an issue type for an organization.", "POST",
+                      "/orgs/{org}/issue-types", "createIssueType")]
+    # WHEN a person asks to create an issue
+    query = "create an issue"
+    # THEN create-issue comes first, where without structure create-issue-type did
+    assert first_of(ranked(docs, query), "create-issue", "create-issue-type") == "create-issue"
+    assert first_of(ranked(docs, query, shaped=False), "create-issue", "create-issue-type") == "create-issue-type"
+
+
+def test_a_plural_read_ranks_the_collection_ahead_of_one_item() -> None:
+    # GIVEN the list of invoices and one invoice, the single one described at more length
+    docs = [operation("get-invoices", "Paginated.", "GET", "/account/invoices", "getInvoices"),
+            operation("get-invoice", "One of your invoices: the invoice's date, total and the invoices it "
+                      "replaces.", "GET", "/account/invoices/{invoiceId}", "getInvoice")]
+    # WHEN a person asks for their invoices
+    query = "show my invoices"
+    # THEN the collection comes first, where without structure the item did
+    assert first_of(ranked(docs, query), "get-invoices", "get-invoice") == "get-invoices"
+    assert first_of(ranked(docs, query, shaped=False), "get-invoices", "get-invoice") == "get-invoice"
+
+
+def test_path_words_count_where_the_name_says_nothing() -> None:
+    # GIVEN operations without an operationId, named by a hash, whose prose does not name the resource
+    docs = [operation("get-repos-1b2c3d", "Returns them, paginated.", "GET", "/repos/{owner}/{repo}/labels"),
+            operation("get-repos-9e8f7a", "Returns them, paginated.", "GET", "/repos/{owner}/{repo}/issues")]
+    # WHEN a person asks for a repository's issues
+    order = ranked(docs, "list issues in a repository")
+    # THEN the path tells them apart: the issues come first
+    assert order[0] == "get-repos-9e8f7a"
+    assert ranked(docs, "list issues in a repository", shaped=False)[0] != "get-repos-9e8f7a"
+
+
+def test_path_and_operation_id_words_join_the_name_field() -> None:
+    # GIVEN an imported operation named by a hash
+    doc = operation("get-repos-9e8f7a", "Returns them.", "GET", "/repos/{owner}/{repo}/pullrequests", "listPulls")
+    # WHEN its keyword terms are taken
+    terms = Terms.of(doc, name_words(doc.name, doc.description))
+    # THEN its path and operationId words are in its name field; without structure they are not
+    assert {"pullrequest", "pull", "repository"} <= terms.named
+    bare = replace(doc, structure=None)
+    assert not {"pullrequest", "pull"} & Terms.of(bare, name_words(bare.name, bare.description)).named
+
+
+def test_glued_path_words_match_two_words_of_the_request() -> None:
+    # GIVEN a collection whose path glues "pull" and "requests"
+    shapes = structure.Shapes.build([structure.shaped("POST", "/repos/{owner}/{repo}/pullrequests"),
+                                     structure.shaped("POST", "/repos/{owner}/{repo}/labels")])
+    # WHEN a person asks to open a pull request
+    scores = shapes.scores("open a pull request", ["open", "pull", "request"])
+    # THEN the pull requests' operation covers the request
+    assert scores[0] > scores[1]
+
+
+@pytest.mark.parametrize(("query", "kind"), [("list the orders", structure.READ), ("what orders are open", structure.READ),
+                                             ("add an order", structure.CREATE), ("rename a folder", structure.UPDATE),
+                                             ("remove a user", structure.DELETE), ("orders of today", 0)])
+def test_a_request_s_intent_is_its_first_action_verb(query: str, kind: int) -> None:
+    assert structure.intent(query) == kind
+
+
+def test_an_operation_s_intent_comes_from_its_own_verb_before_its_method() -> None:
+    # a POST that searches says so in its operationId; a POST without a verb is a create
+    assert structure.shaped("POST", "/items/search", "getSearchResults").intent == structure.READ
+    assert structure.shaped("POST", "/credentials/{id}/revoke", "deleteCredential").intent == structure.DELETE
+    assert structure.shaped("POST", "/items").intent == structure.CREATE
+    assert structure.shaped("DELETE", "/items/{id}").intent == structure.DELETE
+
+
+def test_docs_without_structure_rank_exactly_as_without_the_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN authored tools (no structure), some of whose prose says list or create
+    docs = [Document(f"acme/{n}", "acme", n, d, document_vector("acme", n, d)) for n, d in [
+        ("list-sales-orders", "List sales orders."), ("create-sales-order", "Create a sales order."),
+        ("sales-report", "A report of sales per month."), ("delete-order", "Delete an order.")]]
+    built = SearchIndex.build(docs)
+    queries = ["list sales orders", "create an order", "sales per month", "remove an order"]
+    # WHEN they are ranked with the structure signal and with its weight at zero
+    with_signal = [built.search(query) for query in queries]
+    monkeypatch.setattr(search_index, "W_STRUCTURE", 0.0)
+    # THEN every key and score is the same
+    assert with_signal == [built.search(query) for query in queries]
+
+
+@pytest.mark.parametrize("origin", [None, {"kind": "mcp", "key": "tools/list"}, {"kind": "openapi"},
+                                    {"kind": "openapi", "key": 7}, {"kind": "openapi", "key": "GET"},
+                                    "GET /x", {"kind": "openapi", "key": ["GET /x"]}])
+def test_only_an_openapi_import_has_structure(origin: Any) -> None:
+    # authored tools, an MCP server's tools and malformed origins are neutral, never an error
+    assert structure.of({"description": "x"}, origin) is None
+
+
+@pytest.mark.parametrize("definition", [{}, {"annotations": "x"}, {"annotations": {"title": 5}},
+                                        {"annotations": {"title": "Zap " * 1000}}])
+def test_odd_definitions_still_give_the_path_s_structure(definition: dict[str, Any]) -> None:
+    found = structure.of(definition, {"kind": "openapi", "key": "GET /a/{b}/c%20d/{}", "label": 3})
+    assert found is not None and found.intent == structure.READ and "c" in found.resources
+
+
+def test_an_updated_index_ranks_as_a_fresh_build_of_the_same_docs() -> None:
+    # GIVEN an index of two operations, then a third added in place
+    first = [operation("get-invoices", "Invoices.", "GET", "/invoices", "getInvoices"),
+             operation("create-invoice", "Invoices.", "POST", "/invoices", "createInvoice")]
+    added = operation("delete-invoice", "Invoices.", "DELETE", "/invoices/{id}", "deleteInvoice")
+    updated = SearchIndex.build(first).updated([added])
+    # WHEN both are searched
+    fresh = SearchIndex.build([*first, added])
+    # THEN they answer the same (the structure side taken up in place too)
+    for query in ("remove an invoice", "list invoices", "create an invoice"):
+        assert updated.search(query) == fresh.search(query)
