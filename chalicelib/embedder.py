@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import threading
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -311,9 +312,19 @@ def vocabulary() -> frozenset[str]:
     return frozenset(t for t in tokenizer().get_vocab() if len(t) >= 3 and t.isalpha())
 
 
-@functools.cache
+_loading = threading.Lock()
+
+
 def model() -> _MiniLM:
-    """The model, loaded on first use and then shared by the whole process."""
+    """The model, loaded on first use and then shared by the whole process. Loaded once even when
+    several threads want it first (the local stack's work-queue consumers: each loading its own
+    copy, three at once took ~25 s on a busy 2-core machine instead of 2)."""
+    with _loading:
+        return _load()
+
+
+@functools.cache
+def _load() -> _MiniLM:
     return _MiniLM(model_zip())
 
 
