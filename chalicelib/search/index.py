@@ -36,7 +36,7 @@ W_KEYWORD = 1.0
 W_NAME = 2.0  # share of the query's words found in a tool's vendor or name
 GATE_COSINE = 0.25  # best MiniLM cosine that makes a query without shared words answerable
 HIT_COSINE = 0.1  # MiniLM cosine that lists a doc without a shared word, once answerable
-PENDING_HIT_Z = 1.0  # static z-score that lists a PENDING doc without a shared word (bench/pending_quality.py)
+PENDING_HIT_Z = 2.0  # static z-score that lists a PENDING doc without a shared word (bench/pending_quality.py)
 SAME_AS_MEAN = 1e-3  # float32 rounding of |v|^2 - 2 v.m + |m|^2 for unit vectors is ~1e-7, so ~3e-4 apart
 
 
