@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import threading
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ _LAYERS = 6
 _HEADS = 12
 _LAYER_NORM_EPS = 1e-12  # config.json
 _MASKED = np.float32(-1e9)  # added to attention scores of padding: exp() of it is exactly 0
+_GELU_ROWS = 128  # tokens per slice of the feed-forward's GELU: 128 x 1536 floats (768 KiB) and its temporaries fit L2
 _CHUNK_BYTES = 1 << 20  # decompression step when reading the weights
 _FLOAT_DTYPES: dict[str, np.dtype[Any]] = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2")}
 
@@ -101,8 +103,9 @@ class _MiniLM:
         length = ids.shape[1]
         hidden = self.word[ids] + self.position[:length] + self.token_type
         hidden = _layer_norm(hidden, *self.embedding_norm)
-        # Padding gets a large negative score so softmax gives it exactly zero weight.
-        bias = np.where(mask, np.float32(0), _MASKED)[:, None, None, :]
+        # Padding gets a large negative score so softmax gives it exactly zero weight (texts sorted
+        # by length often fill a batch exactly: then there is nothing to mask).
+        bias = None if mask.all() else np.where(mask, np.float32(0), _MASKED)[:, None, None, :]
         for layer in self.layers:
             hidden = _block(hidden, bias, layer)
         weights = mask[:, :, None].astype(np.float32)
@@ -110,25 +113,39 @@ class _MiniLM:
         return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
 
-def _block(hidden: np.ndarray, bias: np.ndarray, layer: _Layer) -> np.ndarray:
-    """One post-norm transformer block: self-attention, then the GELU feed-forward."""
+def _block(hidden: np.ndarray, bias: np.ndarray | None, layer: _Layer) -> np.ndarray:
+    """One post-norm transformer block: self-attention, then the GELU feed-forward. `hidden` is
+    (batch, length, width); the dense layers multiply it as one (batch * length, width) matrix (a
+    3-d operand makes numpy loop over the batch: measured ~1.4x slower). `bias`: None when no text
+    of the batch is padded."""
     batch, length, width = hidden.shape
+    flat = hidden.reshape(batch * length, width)
     head = width // _HEADS
-    qkv = hidden @ layer.qkv + layer.qkv_bias  # (batch, length, 3 * width)
+    qkv = flat @ layer.qkv + layer.qkv_bias  # queries already scaled by 1/sqrt(head): see _layer
     # -> three arrays of (batch, heads, length, head)
     q, k, v = qkv.reshape(batch, length, 3, _HEADS, head).transpose(2, 0, 3, 1, 4)
-    # Softmax in place: for long texts these (batch, heads, length, length) arrays dominate memory.
-    scores = q @ k.transpose(0, 1, 3, 2)
-    scores *= np.float32(1 / np.sqrt(head))
-    scores += bias
+    context = np.empty((batch, length, _HEADS, head), np.float32)
+    for item in range(batch):  # one text at a time: its (heads, length, length) scores stay in cache
+        weights = _attention(q[item], k[item], None if bias is None else bias[item])
+        context[item] = (weights @ v[item]).transpose(1, 0, 2)
+    flat = _layer_norm(flat + context.reshape(batch * length, width) @ layer.attention_out
+                       + layer.attention_out_bias, *layer.attention_norm)
+    inner = flat @ layer.intermediate + layer.intermediate_bias
+    for start in range(0, len(inner), _GELU_ROWS):  # in slices that stay in cache: erf passes over it ~15 times
+        _gelu(inner[start:start + _GELU_ROWS])
+    flat = _layer_norm(flat + inner @ layer.output + layer.output_bias, *layer.output_norm)
+    return flat.reshape(batch, length, width)
+
+
+def _attention(q: np.ndarray, k: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """Softmax attention weights of one text, (heads, length, length), computed in place."""
+    scores = q @ k.transpose(0, 2, 1)
+    if bias is not None:
+        scores += bias
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
-    context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, width)
-    hidden = _layer_norm(hidden + context @ layer.attention_out + layer.attention_out_bias,
-                         *layer.attention_norm)
-    inner = _gelu(hidden @ layer.intermediate + layer.intermediate_bias)
-    return _layer_norm(hidden + inner @ layer.output + layer.output_bias, *layer.output_norm)
+    return scores
 
 
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -254,6 +271,10 @@ def _layer(tensors: dict[str, np.ndarray], prefix: str) -> _Layer:
         return tensors[f"{prefix}.{name}.weight"].T, tensors[f"{prefix}.{name}.bias"]
 
     projections = [dense(f"attention.self.{p}") for p in ("query", "key", "value")]
+    # attention scores are q.k / sqrt(head): scaling the query's weights once here spares scaling
+    # every (length x length) score matrix
+    scale = np.float32(1 / np.sqrt(DIMENSIONS // _HEADS))
+    projections[0] = (projections[0][0] * scale, projections[0][1] * scale)
     attention_out, attention_out_bias = dense("attention.output.dense")
     intermediate, intermediate_bias = dense("intermediate.dense")
     output, output_bias = dense("output.dense")
@@ -291,9 +312,19 @@ def vocabulary() -> frozenset[str]:
     return frozenset(t for t in tokenizer().get_vocab() if len(t) >= 3 and t.isalpha())
 
 
-@functools.cache
+_loading = threading.Lock()
+
+
 def model() -> _MiniLM:
-    """The model, loaded on first use and then shared by the whole process."""
+    """The model, loaded on first use and then shared by the whole process. Loaded once even when
+    several threads want it first (the local stack's work-queue consumers: each loading its own
+    copy, three at once took ~25 s on a busy 2-core machine instead of 2)."""
+    with _loading:
+        return _load()
+
+
+@functools.cache
+def _load() -> _MiniLM:
     return _MiniLM(model_zip())
 
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from chalicelib.search.documents import Document
     from chalicelib.search.index import SearchIndex
 
-INLINE_VECTORS = 64  # search vectors computed within one request (about 15 ms each); more go to the work queue
+INLINE_VECTORS = 8  # search vectors computed within one request (up to ~0.2 s each on a full core, ~0.7 s on 512 MB); more go to the work queue
 MAX_CHANGED = 2_000  # past this many changed tools (20 batch reads) a full read is cheaper
 MAX_REVISIONS = 500  # change records read at most; an index further behind is rebuilt
 

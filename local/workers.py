@@ -4,9 +4,11 @@ queue: a message whose handler fails is left to come back, and is parked after t
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 from chalicelib import notify, sweep
@@ -17,28 +19,54 @@ from chalicelib.store import queues
 Batch = Callable[[list[queues.Message]], list[str]]
 
 
+@dataclass(frozen=True)
+class Consumer:
+    """How a queue is consumed: its handler, how many threads poll it, and how many messages each
+    takes at once (Lambda's event source `batch_size`, app.py)."""
+
+    handler: Batch
+    threads: int = 1
+    batch: int = 10
+
+
 def start(stop: threading.Event, *, sweep_interval: float) -> None:
     """Start the sweep schedule and the queue consumers as daemon threads."""
     threading.Thread(target=_every, args=(stop, sweep_interval, _sweep), daemon=True, name="sweep").start()
-    for queue, handler in consumers().items():
+    for queue, consumer in plan().items():
         queues.ensure(queue)
-        threading.Thread(target=_consume, args=(stop, queue, handler), daemon=True, name=f"consume {queue}").start()
+        for n in range(consumer.threads):
+            threading.Thread(target=_consume, args=(stop, queue, consumer.handler, consumer.batch), daemon=True,
+                             name=f"consume {queue} {n + 1}").start()
+
+
+def work_threads() -> int:
+    """Consumers of the work queue: one per core, and one more to fetch and store while the others
+    compute (a large import's vectors are its biggest job: numpy's products release the GIL, so
+    threads use every core; Lambda runs as many workers as there are messages)."""
+    return (os.cpu_count() or 1) + 1
 
 
 def consumers() -> dict[str, Batch]:
     """Each queue and what Lambda would run for a batch of it (answering the failed message ids)."""
+    return {queue: consumer.handler for queue, consumer in plan().items()}
+
+
+def plan() -> dict[str, Consumer]:
+    """Each queue's consumer: the work queue one message at a time (as app.py's sweep_worker),
+    by `work_threads()` threads; webhooks ten at a time by one."""
     return {
-        settings().sweep_queue: lambda deliveries: [
+        settings().sweep_queue: Consumer(lambda deliveries: [
             d.message_id for d in deliveries if not _ok(partial(sweep.handle_message, d.body, utcnow()))],
-        settings().webhook_queue: notify.consume,
+            threads=work_threads(), batch=1),
+        settings().webhook_queue: Consumer(notify.consume),
     }
 
 
-def consume_once(queue: str, handler: Batch, *, wait_seconds: int = 1) -> int:
-    """One receive of up to ten messages, handled as Lambda's event source would: the ones the
+def consume_once(queue: str, handler: Batch, *, wait_seconds: int = 1, batch: int = 10) -> int:
+    """One receive of up to `batch` messages, handled as Lambda's event source would: the ones the
     handler reports failed stay (SQS delivers them again, then parks them in the dead-letter
     queue); the others are deleted. Answers how many were received."""
-    messages = queues.receive(queue, wait_seconds=wait_seconds)
+    messages = queues.receive(queue, wait_seconds=wait_seconds, max_messages=batch)
     deliveries = [queues.Message(m["MessageId"], m["Body"], m["ReceiptHandle"],
                                   int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1"))) for m in messages]
     failed = set(handler(deliveries)) if deliveries else set()
@@ -71,11 +99,11 @@ def _every(stop: threading.Event, seconds: float, job: Callable[[], None]) -> No
             print(f"{job.__name__} failed: {error.__class__.__name__}: {error}", file=sys.stderr, flush=True)
 
 
-def _consume(stop: threading.Event, queue: str, handler: Batch) -> None:
+def _consume(stop: threading.Event, queue: str, handler: Batch, batch: int = 10) -> None:
     failing = False
     while not stop.is_set():
         try:
-            consume_once(queue, handler)
+            consume_once(queue, handler, batch=batch)
         except Exception as error:  # noqa: BLE001 - the queue itself failed: wait and poll again
             # said once, not every second: an endpoint that is down (AWS_ENDPOINT_URL's own
             # emulator) once filled a log with a thousand lines in ten minutes

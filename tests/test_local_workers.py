@@ -24,7 +24,7 @@ def test_an_outage_is_said_once_and_its_end_once(monkeypatch: pytest.MonkeyPatch
     outcomes = ["down"] * 50 + ["up"] + ["down"] * 3
     stop = _NoWait()
 
-    def consume_once(queue: str, handler: workers.Batch) -> int:
+    def consume_once(queue: str, handler: workers.Batch, **options: int) -> int:
         outcome = outcomes.pop(0)
         if not outcomes:
             stop.set()
