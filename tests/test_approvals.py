@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 from typing import Any
@@ -76,7 +77,7 @@ def test_after_approval_later_calls_run_at_once_even_after_demote_promote_and_a_
     result = mcp.call("unleashed__create-order", {"customer": "b", "note": "v2"})
     # THEN it runs at once against the newest version
     assert result["structuredContent"] == {"orders": [{"id": 1}]}
-    assert [r["body"] for r in vendor.received] == [b'{"customer": "a"}', b'{"customer": "b", "note": "v2"}']
+    assert [json.loads(r["body"]) for r in vendor.received] == [{"customer": "a"}, {"customer": "b", "note": "v2"}]
 
 
 def test_deny_ends_the_run_and_the_vendor_sees_nothing(admin: Admin, mcp: Mcp, vendor: Vendor,

@@ -214,7 +214,7 @@ def test_an_agent_cannot_pin_or_unpin_in_another_agents_set(admin: Admin, client
     {"vendor": "SHOP", "name": "orders"}, {"vendor": "shop", "name": "Orders"}, {"vendor": "shöp", "name": "orders"},
     {"vendor": "shop", "name": "orders\n"}, {"vendor": "shop", "name": "ord__ers"}, {"vendor": "shop__orders"},
     {"vendor": "shop#orders", "name": "x"}, {"vendor": "shop", "name": "orders", "agent": "ag0"},
-    {"vendor": "shop", "name": "o" * 40}, {"vendor": "shop", "name": "orders\u200b"},
+    {"vendor": "shop", "name": "o" * 62}, {"vendor": "shop", "name": "orders\u200b"},
 ])
 @pytest.mark.parametrize("meta", ["pin", "unpin"])
 def test_names_that_are_not_the_tool_pin_nothing(admin: Admin, vendor: Vendor, agent: dict[str, Any], mcp: Mcp,
