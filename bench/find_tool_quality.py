@@ -149,6 +149,11 @@ def multi_quality(index: SearchIndex | Memo, requests: list[tuple[int, str, list
         top = {k for k, _ in search(index, query, limit=5)}
         found = sum(g in top for g in gold)
         rows.append((position % TUNING_EVERY == 0, found / len(gold), found == len(gold)))
+    return multi_parts(rows)
+
+
+def multi_parts(rows: list[tuple[bool, float, bool]]) -> dict[str, dict[str, float]]:
+    """recall@5 and complete@5 over all, tuning and held-out rows of (tuning?, share found, all found)."""
     out = {}
     for part, keep in (("all", lambda t: True), ("tuning", lambda t: t), ("held-out", lambda t: not t)):
         chosen = [(r, c) for t, r, c in rows if keep(t)]

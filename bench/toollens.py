@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from bench.find_tool_quality import multi_parts
 from chalicelib.search import queries as intents
 from chalicelib.search.documents import Document, document_vector
 from chalicelib.search.index import SearchIndex
@@ -143,11 +144,7 @@ def measure(rank, requests: list[tuple[int, str, list[str]]]) -> dict[str, dict[
         seconds.append(time.perf_counter() - start)
         found = sum(key in top for key in gold)
         rows.append((position % TUNING_EVERY == 0, found / len(gold), found == len(gold)))
-    out = {}
-    for part, keep in (("all", lambda t: True), ("tuning", lambda t: t), ("held-out", lambda t: not t)):
-        chosen = [(r, c) for t, r, c in rows if keep(t)]
-        out[part] = {"n": len(chosen), "recall@5": statistics.fmean(r for r, _ in chosen),
-                     "complete@5": statistics.fmean(c for _, c in chosen)}
+    out: dict[str, dict[str, float]] = multi_parts(rows)
     out["ms"] = {"median": 1000 * statistics.median(seconds)}
     return out
 
