@@ -191,3 +191,33 @@ def test_an_updated_index_ranks_as_a_fresh_build_of_the_same_docs() -> None:
     # THEN they answer the same (the structure side taken up in place too)
     for query in ("remove an invoice", "list invoices", "create an invoice"):
         assert updated.search(query) == fresh.search(query)
+
+
+def test_an_authored_http_tool_has_the_structure_of_its_request() -> None:
+    # GIVEN an authored tool calling GET /orders, and a tool with no request (an MCP server's)
+    authored = structure.of({"name": "list-orders", "request": {"method": "GET", "url": "https://api.shop.test/v1/orders?x=1"}},
+                            None)
+    # THEN the first has its request's intent and resource, as an imported operation would; the second none
+    assert authored is not None and authored.intent == structure.intent("list orders") and "order" in authored.resources
+    assert structure.of({"name": "echo", "upstream": {"server": "s", "tool": "echo"}}, {"kind": "upstream"}) is None
+
+
+def test_a_request_naming_a_vendor_ranks_its_authored_tool_above_another_vendors_import() -> None:
+    # GIVEN a toolbox mixing an imported operation about orders and a shop's authored order tools
+    imported = Document("orders9/list-customer-orders", "orders9", "list-customer-orders",
+                        "List a customer's orders.", document_vector("orders9", "list-customer-orders", "List a customer's orders."),
+                        structure.shaped("GET", "/customers/{id}/orders", "listCustomerOrders", "List a customer's orders"))
+
+    def authored(name: str, description: str, method: str, url: str) -> Document:
+        definition = {"name": name, "request": {"method": method, "url": url}}
+        return Document(f"shop7/{name}", "shop7", name, description, document_vector("shop7", name, description),
+                        structure.of(definition, None))
+
+    shop = [authored("list-orders", "List shop7 sales orders for a customer.", "GET", "http://127.0.0.1:9/orders"),
+            authored("create-order", "Create a shop7 sales order.", "POST", "http://127.0.0.1:9/customers/{customer}/orders")]
+    # WHEN a request names the shop
+    order = ranked([imported, *shop], "shop7 orders")
+    # THEN the shop's tools come first; with the authored tools left without structure, the import would cut in
+    assert set(order[:2]) == {"list-orders", "create-order"}
+    unshaped = [replace(doc, structure=None) for doc in shop]
+    assert set(ranked([imported, *unshaped], "shop7 orders")[:2]) != {"list-orders", "create-order"}

@@ -105,7 +105,8 @@ def test_only_the_agent_that_searched_credits_its_search(admin: Admin, mcp: Mcp,
 def test_a_tool_the_search_did_not_list_is_not_credited(admin: Admin, mcp: Mcp) -> None:
     # GIVEN a search that lists the order tools only
     twins(admin)
-    admin.publish(vendor="notion", name="create-page", description="Create a page in a Notion workspace.")
+    admin.publish(vendor="notion", name="create-page", description="Create a page in a Notion workspace.",
+                  annotations={}, request={"method": "POST", "url": "http://127.0.0.1:9/pages"})
     assert "notion/create-page" not in ranked(mcp, QUERY)
     # WHEN the agent promotes a tool the search never listed
     mcp.call("promote", {"vendor": "notion", "name": "create-page"})

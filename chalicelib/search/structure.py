@@ -79,9 +79,13 @@ class Structure:
 
 
 def of(definition: dict[str, Any], origin: dict[str, Any] | None) -> Structure | None:
-    """The structure of a tool imported from an OpenAPI document, else None (neutral)."""
+    """The structure of a tool imported from an OpenAPI document, or of an authored tool that
+    calls an HTTP API (its request's method and path, its name as the operationId), else None
+    (neutral: an MCP server's tool, a tool with no request). An authored HTTP tool needs one as
+    much as an imported one: else, in a toolbox holding both, an imported operation covering the
+    request's nouns outranks the authored tool the request names by its vendor."""
     if not isinstance(origin, dict) or origin.get("kind") != "openapi":
-        return None
+        return _authored(definition)
     key = origin.get("key")
     if not isinstance(key, str) or " " not in key:
         return None
@@ -90,6 +94,20 @@ def of(definition: dict[str, Any], origin: dict[str, Any] | None) -> Structure |
     annotations = definition.get("annotations")
     title = annotations.get("title", "") if isinstance(annotations, dict) else ""
     return shaped(method, path, label if isinstance(label, str) else "", title if isinstance(title, str) else "")
+
+
+def _authored(definition: dict[str, Any]) -> Structure | None:
+    request = definition.get("request")
+    if not isinstance(request, dict):
+        return None
+    method, url, name = request.get("method"), request.get("url"), definition.get("name")
+    if not (isinstance(method, str) and isinstance(url, str) and isinstance(name, str)):
+        return None
+    path = _ORIGIN.sub("", url).split("?", 1)[0]
+    return shaped(method, path, name)
+
+
+_ORIGIN = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/]*")  # scheme and host: the path is what names the resource
 
 
 def shaped(method: str, path: str, label: str = "", title: str = "") -> Structure:
