@@ -83,8 +83,8 @@ class Memo:
         self.index = index
         self.answers: dict[tuple[str, int], list[tuple[str, float]]] = {}
 
-    def search(self, query: str, limit: int = 10) -> list[tuple[str, float]]:
-        if (query, limit) not in self.answers:
+    def search(self, query: str, limit: int = 10, memory: None = None) -> list[tuple[str, float]]:
+        if (query, limit) not in self.answers:  # no account memory here: every query ranks from the toolbox alone
             self.answers[query, limit] = self.index.search(query, limit)
         return self.answers[query, limit]
 

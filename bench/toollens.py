@@ -124,7 +124,7 @@ class BM25:
         self.idf = {t: math.log(1 + (n - c + 0.5) / (c + 0.5)) for t, c in held.items()}
         self.k1, self.b = k1, b
 
-    def search(self, query: str, limit: int = 10) -> list[tuple[str, float]]:
+    def search(self, query: str, limit: int = 10, memory: None = None) -> list[tuple[str, float]]:
         terms = list(dict.fromkeys(self.terms(query)))
         scores = []
         for key, tf, length in zip(self.keys, self.tfs, self.lengths):
