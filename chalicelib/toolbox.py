@@ -226,7 +226,7 @@ def search(account_id: str, query: str, limit: int) -> tuple[list[Tool], int]:
     (chalicelib/indexes.py), and so is what the account's use taught it (chalicelib/usage.py); a
     request for several things is split into its intents (chalicelib/search/queries.py); the hits
     are read fresh (one BatchGetItem)."""
-    from chalicelib.search import queries  # with numpy and the models, as in _publish
+    from chalicelib.search import queries  # the search package: loaded by the first search, as in _publish
 
     index, learned = indexes.current_with_memory(account_id)
     hits = queries.search(index, query, limit + MORE_COUNTED, memory=usage.memory(account_id, learned))

@@ -221,3 +221,18 @@ def test_a_request_naming_a_vendor_ranks_its_authored_tool_above_another_vendors
     assert set(order[:2]) == {"list-orders", "create-order"}
     unshaped = [replace(doc, structure=None) for doc in shop]
     assert set(ranked([imported, *unshaped], "shop7 orders")[:2]) != {"list-orders", "create-order"}
+
+
+@pytest.mark.parametrize("definition", [
+    {"name": "x", "request": "GET /orders"}, {"name": "x", "request": {"method": 7, "url": "http://h/orders"}},
+    {"name": "x", "request": {"method": "GET", "url": None}}, {"name": None, "request": {"method": "GET", "url": "/o"}},
+    {"name": "x", "request": {"method": "GET", "url": "http://h" + "/{a}" * 5000 + "?" * 100}},
+    {"name": "x", "request": {"method": "BREW", "url": "::::////\u0000\ud800"}},
+])
+def test_an_odd_authored_request_gives_no_structure_or_a_harmless_one(definition: dict[str, Any]) -> None:
+    # GIVEN a stored definition whose request a hostile author shaped oddly  WHEN its structure is read
+    found = structure.of(definition, None)
+    # THEN it is none, or one the index can hold (no error; an unknown method gives no intent)
+    assert found is None or (found.intent in range(5) and all(isinstance(word, str) for word in found.resources))
+    if definition["request"] == {"method": "BREW", "url": "::::////\u0000\ud800"}:
+        assert found is not None and found.intent == 0
