@@ -106,17 +106,36 @@ def _run(args: argparse.Namespace, life: Lifecycle) -> None:
         from chalicelib import config
 
         config.settings.cache_clear()
-    print(f"Workset is running on {base}", flush=True)
-    print(f"  Console        {base}/console   (sign in with the admin token)", flush=True)
-    print(f"  MCP endpoint   {base}/mcp", flush=True)
-    print(f"  Admin API      {base}/v1   (Authorization: Bearer <admin token>)", flush=True)
-    print(f"  Admin token    {token}", flush=True)
-    print(f"  Data           {data_dir}" + ("" if emulator else f" (state lives at {os.environ['AWS_ENDPOINT_URL']})"),
-          flush=True)
-    print(f"  Create an agent: curl -s -X POST {base}/v1/agents -H 'Authorization: Bearer {token}' "
-          "-H 'Content-Type: application/json' -d '{\"name\": \"my-agent\"}'", flush=True)
+    print(ready_block(base, token, data_dir, emulator=emulator), flush=True)
     print(f"READY {base}", flush=True)
     server.serve_forever(poll_interval=0.1)
+
+
+def ready_block(base: str, token: str, data_dir: Path, *, emulator: bool) -> str:
+    """What a person needs once the stack serves: where, how to sign in, where the token is, how to stop."""
+    saved = data_dir / "admin-token"
+    where = f"saved in {_shown(saved)}" if not os.environ.get("WORKSET_ADMIN_TOKEN") else "from WORKSET_ADMIN_TOKEN"
+    state = "" if emulator else f" (the state lives at {os.environ.get('AWS_ENDPOINT_URL')})"
+    return "\n".join([
+        "",
+        f"Workset is ready on {base}",
+        f"  MCP endpoint   {base}/mcp",
+        f"  Console        {base}/console   (sign in with the admin token)",
+        f"  Admin API      {base}/v1   (Authorization: Bearer <admin token>)",
+        f"  Admin token    {token}   ({where})",
+        f"  Data           {_shown(data_dir)}{state}",
+        f"  Stop           Ctrl-C here, or kill {os.getpid()}; every acknowledged write is kept",
+        "  Next           the README's Walk-through creates an agent and connects a client",
+        "",
+    ])
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the current folder when it is inside it (`.workset/admin-token`)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _listen(host: str, port: int) -> Server:

@@ -190,6 +190,35 @@ def test_bad_registrations_are_refused_naming_the_field(admin: Admin, body: dict
     assert admin.call("GET", "/v1/upstreams").json_body["items"] == []
 
 
+@pytest.mark.parametrize("command", [
+    "npx -y @modelcontextprotocol/server-everything",
+    "uvx mcp-server-fetch",
+    "API_KEY=sk-secret-123 node build/index.js",
+    "/usr/local/bin/mcp-server --stdio",
+    "docker run -i --rm mcp/fetch",
+])
+def test_a_stdio_command_is_refused_saying_how_to_serve_it_over_http(admin: Admin, command: str) -> None:
+    # GIVEN the command a stdio MCP server's README gives, pasted where the URL goes
+    # WHEN it is registered
+    answer = admin.call("POST", "/v1/upstreams", {"vendor": "fetch", "url": command})
+    # THEN it is refused naming the url, saying Workset speaks Streamable HTTP and how to bridge a
+    # stdio server, without the command (whose arguments may hold a key) and without registering
+    error = answer.json_body["error"]
+    assert (answer.status_code, error["field"]) == (400, "url")
+    assert "Streamable HTTP" in error["message"] and "stdio" in error["message"]
+    assert "supergateway --stdio" in error["message"] and "/mcp" in error["message"]
+    assert command not in error["message"] and "sk-secret" not in error["message"]
+    assert admin.call("GET", "/v1/upstreams").json_body["items"] == []
+
+
+@pytest.mark.parametrize("url", ["mcp.example.com/mcp", "localhost:8100/mcp", "127.0.0.1:8100/mcp"])
+def test_a_host_without_its_scheme_is_told_to_add_it(admin: Admin, url: str) -> None:
+    answer = admin.call("POST", "/v1/upstreams", {"vendor": "w", "url": url})
+    error = answer.json_body["error"]
+    assert (answer.status_code, error["field"]) == (400, "url")
+    assert "https://" in error["message"] and "stdio" not in error["message"]
+
+
 @pytest.fixture
 def hostile() -> Iterator[tuple[str, list[dict[str, str]]]]:
     """A handshake-era server listing a good tool, a tool with an unusable schema and a nameless

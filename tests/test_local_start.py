@@ -1,0 +1,69 @@
+"""What `./dev up` installs and prints: only what running needs (the test tools come with
+`./dev test`), and one clear ready block once the stack serves (issue 28, goal 2)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from local.__main__ import ready_block
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _requirements(name: str) -> set[str]:
+    """The distributions a requirements file names itself (not those it includes with -r)."""
+    names = set()
+    for line in (ROOT / name).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            names.add(re.split(r"[\[=<>~! ]", line, maxsplit=1)[0].lower())
+    return names
+
+
+def test_the_ready_block_says_where_how_to_sign_in_and_how_to_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a stack whose admin token was made and saved in its data folder
+    monkeypatch.delenv("WORKSET_ADMIN_TOKEN", raising=False)
+    monkeypatch.chdir(tmp_path)
+    # WHEN it prints its ready block
+    block = ready_block("http://127.0.0.1:8123", "wsa_abc", tmp_path / ".workset", emulator=True)
+    # THEN the block names the URL, the console, the token and its file, and how to stop
+    lines = block.splitlines()
+    assert "Workset is ready on http://127.0.0.1:8123" in lines
+    assert "  Console        http://127.0.0.1:8123/console   (sign in with the admin token)" in lines
+    assert "  MCP endpoint   http://127.0.0.1:8123/mcp" in lines
+    assert "  Admin token    wsa_abc   (saved in .workset/admin-token)" in lines
+    assert f"  Stop           Ctrl-C here, or kill {os.getpid()}; every acknowledged write is kept" in lines
+
+
+def test_a_token_from_the_environment_is_said_to_come_from_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKSET_ADMIN_TOKEN", "wsa_env")
+    block = ready_block("http://127.0.0.1:8123", "wsa_env", tmp_path, emulator=True)
+    assert "  Admin token    wsa_env   (from WORKSET_ADMIN_TOKEN)" in block.splitlines()
+
+
+def test_up_installs_no_test_tool() -> None:
+    # GIVEN the requirement files ./dev up installs and those only ./dev test adds
+    running = _requirements("requirements.txt") | _requirements("requirements-local.txt")
+    testing = _requirements("requirements-dev.txt")
+    # THEN the local stack's file brings the runtime, Chalice's server and the emulator, and no
+    # test tool; the test tools' file includes it rather than repeating it
+    assert "-r requirements.txt" in (ROOT / "requirements-local.txt").read_text().splitlines()
+    assert "-r requirements-local.txt" in (ROOT / "requirements-dev.txt").read_text().splitlines()
+    assert {"chalice", "moto", "pynamodb"} <= running
+    assert not running & testing
+    assert {"pytest", "playwright", "mypy", "ruff", "hypothesis", "mcp"} <= testing
+
+
+def test_dev_installs_local_for_up_and_dev_for_test() -> None:
+    # the shell script's two commands, read from the script (bash -n checks it parses)
+    script = (ROOT / "dev").read_text()
+    subprocess.run(["bash", "-n", str(ROOT / "dev")], check=True)
+    up = script[script.index("  up)"):script.index(";;", script.index("  up)"))]
+    test = script[script.index("  test)"):script.index(";;", script.index("  test)"))]
+    assert "install local" in up and "install dev" not in up
+    assert "install dev" in test
