@@ -6,11 +6,14 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from local.__main__ import ready_block
+from local.progress import Progress
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,3 +70,26 @@ def test_dev_installs_local_for_up_and_dev_for_test() -> None:
     test = script[script.index("  test)"):script.index(";;", script.index("  test)"))]
     assert "install local" in up and "install dev" not in up
     assert "install dev" in test
+
+
+def test_a_long_step_is_told_again_until_the_start_is_done() -> None:
+    # GIVEN a start whose step lasts longer than the interval between lines
+    said: list[str] = []
+    ticked = threading.Event()
+
+    def say(line: str) -> None:
+        said.append(line)
+        if line.startswith("  ... still"):
+            ticked.set()
+
+    progress = Progress(say, every=0.05)
+    # WHEN the step begins and lasts
+    progress.step("loading Workset")
+    assert ticked.wait(10)
+    progress.done()
+    told = len(said)
+    time.sleep(0.2)
+    # THEN the step was said, then said again while it lasted, and nothing after done()
+    assert said[0] == "  loading Workset"
+    assert said[1].startswith("  ... still loading Workset (")
+    assert len(said) == told
