@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chalicelib import accounts, jsontext, log, runs, usage, workingset
+from chalicelib import accounts, jsontext, log, policies, runs, usage, workingset
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
@@ -138,7 +138,8 @@ def _list_tools(state: AgentState, request: Request, now: datetime) -> dict[str,
     """The agent's tools, a page at a time: a page ends once it passes LIST_PAGE_BYTES, so however
     large the definitions an agent promoted, no answer outgrows what Lambda and API Gateway carry
     (a definition is at most 320 KB; a page holds at least one)."""
-    tools = listed(workingset.promoted_tools(state))
+    promoted = workingset.promoted_tools(state)
+    tools = listed(promoted, policies.settings_for(state.agent.account_id, promoted))
     start = _list_offset(request.params.get("cursor"))
     end, size = start, 0
     while end < len(tools) and (end == start or size <= LIST_PAGE_BYTES):
