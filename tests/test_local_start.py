@@ -58,7 +58,7 @@ def test_up_installs_no_test_tool() -> None:
     assert "-r requirements.txt" in (ROOT / "requirements-local.txt").read_text().splitlines()
     assert "-r requirements-local.txt" in (ROOT / "requirements-dev.txt").read_text().splitlines()
     assert {"chalice", "moto", "pynamodb"} <= running
-    assert not running & testing
+    assert running & testing <= {"moto"}  # the tests' moto adds every service's extras
     assert {"pytest", "playwright", "mypy", "ruff", "hypothesis", "mcp"} <= testing
 
 
@@ -93,3 +93,19 @@ def test_a_long_step_is_told_again_until_the_start_is_done() -> None:
     assert said[0] == "  loading Workset"
     assert said[1].startswith("  ... still loading Workset (")
     assert len(said) == told
+
+
+def test_dev_up_says_what_it_installs_while_it_lasts_and_stops_on_a_failure(tmp_path: Path) -> None:
+    # GIVEN a Python whose `-m venv` takes over 9 s and then fails (as a broken install would)
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo "Python 3.11.0"; exit 0; fi\nsleep 10\nexit 3\n')
+    python.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "PYTHON": str(python), "VENV": str(tmp_path / "venv")}
+    # WHEN ./dev up runs with it (in a folder of its own: the shared .venv is never touched)
+    done = subprocess.run([str(ROOT / "dev"), "up"], check=False, env=env, capture_output=True, text=True, timeout=60)
+    # THEN it said the step, said it again while it lasted, then said it failed and stopped there
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"  creating {tmp_path / 'venv'} with Python 3.11.0"
+    assert any(line.startswith(f"  ... still creating {tmp_path / 'venv'}") for line in lines[1:])
+    assert "failed (see the message above)" in done.stderr
+    assert done.returncode == 1 and "Starting Workset" not in done.stdout

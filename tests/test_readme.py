@@ -37,12 +37,13 @@ from pathlib import Path
 
 import pytest
 
-from local.process import ROOT, clean_environment
+from local.process import ROOT
 
 README = ROOT / "README.md"
 UPSTREAMS = ROOT / "tests" / "upstreams" / "node_modules"
 BLOCK_SECONDS = 120
 START_SECONDS = 120
+KEPT = ("HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "TERM")  # of the test's environment, for the blocks
 RUN = {"bash", "console", "python"}
 KNOWN = RUN | {"json", "text"}
 # Each block the test does not run: its first line, and why (the README says the same).
@@ -116,9 +117,10 @@ class Session:
         self.logs = folder / ".readme"
         self.logs.mkdir()
         (folder / "node_modules").symlink_to(UPSTREAMS)
-        env = clean_environment()
-        env.update(PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}", PYTHONUNBUFFERED="1",
-                   npm_config_offline="true", npm_config_update_notifier="false", HOME=str(folder))
+        # a bare environment: a variable the README uses must be defined by the README
+        env = {key: os.environ[key] for key in KEPT if key in os.environ}
+        env.update(PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1",
+                   npm_config_offline="true", npm_config_update_notifier="false")
         # the README's ports in a namespace of their own: bring its loopback up, then become bash
         start = "ip link set lo up && exec bash --noprofile --norc"
         self.process = subprocess.Popen(["unshare", "--user", "--map-root-user", "--net", "bash", "-c", start],

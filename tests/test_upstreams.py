@@ -18,7 +18,7 @@ from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from tests.books import sweep_at, take_bodies, work
 from tests.conftest import Admin, JsonHandler, Mcp, serving
-from tests.upstream_servers import everything_url_fixture, forecast_server, sdk_server  # noqa: F401
+from tests.upstream_servers import bridged_url_fixture, everything_url_fixture, forecast_server, sdk_server  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
@@ -276,6 +276,18 @@ def test_the_everything_server_is_a_vendor_too(admin: Admin, mcp: Mcp, everythin
     result = mcp.call("run_tool", {"vendor": "everything", "name": "echo", "input": {"message": "hello"}})
     assert result["isError"] is False, result
     assert "hello" in result["content"][0]["text"]
+
+
+def test_a_stdio_server_behind_a_bridge_is_a_vendor(admin: Admin, mcp: Mcp, bridged_url: str) -> None:
+    # GIVEN a server that speaks only stdio, served over Streamable HTTP by supergateway on 127.0.0.1
+    # WHEN its bridge's URL is registered
+    answer = _register(admin, bridged_url, vendor="everything")
+    # THEN its tools are published and a call goes through the bridge to the stdio server and back
+    assert answer.status_code == 201, answer.json_body
+    assert _names(answer.json_body)["echo"] == "published"
+    result = mcp.call("run_tool", {"vendor": "everything", "name": "echo", "input": {"message": "over stdio"}})
+    assert result["isError"] is False, result
+    assert "over stdio" in result["content"][0]["text"]
 
 
 def test_the_sweep_queues_an_hourly_sync_of_each_server(admin: Admin, client: Client, notes: Any) -> None:
