@@ -220,6 +220,8 @@ def _seed_demo(account_id: str, vendor_url: str) -> None:
     for definition in demo_tools(vendor_url):
         toolbox.publish(account_id, definitions.parse_spec(definition), published_by="demo", now=utcnow())
     queues.ensure(settings().sweep_queue)  # the import hands its search vectors to the work queue
+    print(f"  Seeding the demo toolbox: importing {DEMO_API_VENDOR}'s public API (first start only; "
+          "a few seconds)", flush=True)
     report = imports.import_openapi(account_id, demo_import(vendor_url), published_by="demo", now=utcnow())
     imported = sum(1 for line in report.lines if line.outcome == imports.PUBLISHED)
     print(f"  Seeded a demo toolbox ({len(demo_tools(vendor_url))} tools written by hand and {imported} "

@@ -11,6 +11,7 @@ from chalicelib.console import (  # noqa: F401
     auth,
     connections,
     consent,
+    home,
     imports,
     tools,
     upstreams,

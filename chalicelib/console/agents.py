@@ -13,8 +13,8 @@ from chalice import Response
 from chalicelib import accounts, connections, runs, toolbox, workingset
 from chalicelib.causes import Cause, PromotedBy
 from chalicelib.config import settings
-from chalicelib.console import present
-from chalicelib.console.common import ALL_PAGE, PAGE_SIZE, Ctx, action, every, page, redirect
+from chalicelib.console import activity, charts, present
+from chalicelib.console.common import ALL_PAGE, PAGE_SIZE, Ctx, action, every, page, redirect, whole_toolbox
 from chalicelib.definitions import Tool
 from chalicelib.errors import InvalidInput, PinLimit
 from chalicelib.mcp.metatools import META_TOOLS
@@ -197,7 +197,8 @@ def _agent_page(ctx: Ctx, agent_id: str, status: int = 200, *, settings_error: s
     promoted = workingset.promoted_tools(state)
     rows = [_set_row(state, tool) for tool in promoted]
     history = workingset.history(agent_id, limit=PAGE_SIZE, cursor=ctx.params.get("history"))
-    every_tool = _whole_toolbox(ctx.account_id)
+    every_tool = whole_toolbox(ctx.account_id)
+    moved = activity.agent_activity(state, ctx.now)
     agent = state.agent
     current = {"name": agent.name, "cap": str(agent.cap), "idle_window_days": str(agent.idle_window_days)}
     return ctx.render(
@@ -210,6 +211,7 @@ def _agent_page(ctx: Ctx, agent_id: str, status: int = 200, *, settings_error: s
         done_tool=ctx.params.get("tool", ""), done_client=ctx.params.get("client", ""), over_cap=len(state.promotions) > agent.cap,
         meta_tools=META_TOOLS, decisions=state.approvals, pin_error=pin_error,
         pin_limit=workingset.pin_limit(agent.cap),
+        pictures=[charts.working_set(moved), charts.tool_use(moved)],
         connections=list(every(lambda cursor: connections.list_all(ctx.account_id, limit=ALL_PAGE, cursor=cursor))),
     )
 
@@ -232,11 +234,6 @@ def _picker(ctx: Ctx, state: AgentState, every_tool: list[Tool]) -> list[Tool]:
     if query:
         return toolbox.search(ctx.account_id, query, PICKER_SIZE)[0]
     return [tool for tool in every_tool if state.promotion(*tool.key) is None][:PICKER_SIZE]
-
-
-def _whole_toolbox(account_id: str) -> list[Tool]:
-    heads = every(lambda cursor: toolbox.page(account_id, limit=ALL_PAGE, cursor=cursor))
-    return toolbox.resolve_many(account_id, [(head.vendor, head.name) for head in heads])
 
 
 def _pending(ctx: Ctx) -> list[Run]:

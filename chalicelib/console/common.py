@@ -18,10 +18,11 @@ from urllib.parse import parse_qs, quote, urlencode
 
 from chalice import Response
 
-from chalicelib import accounts, connections, jsontext, sessions, urls
+from chalicelib import accounts, connections, jsontext, sessions, toolbox, urls
 from chalicelib.clock import utcnow
 from chalicelib.config import body_limit, settings
 from chalicelib.console import present
+from chalicelib.definitions import Tool
 from chalicelib.errors import InvalidInput, WorksetError
 from chalicelib.responses import GuardedBlueprint
 from chalicelib.store.records import ACTIVE, Connection, Page
@@ -223,6 +224,12 @@ def agent_names(account_id: str) -> dict[str, str]:
     """Agent id -> name for the whole account."""
     agents = every(lambda cursor: accounts.list_agents(account_id, limit=ALL_PAGE, cursor=cursor))
     return {agent.agent_id: agent.name for agent in agents}
+
+
+def whole_toolbox(account_id: str) -> list[Tool]:
+    """Every tool of the account at its newest version."""
+    heads = every(lambda cursor: toolbox.page(account_id, limit=ALL_PAGE, cursor=cursor))
+    return toolbox.resolve_many(account_id, [(head.vendor, head.name) for head in heads])
 
 
 def active_connections(account_id: str) -> list[Connection]:

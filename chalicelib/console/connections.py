@@ -19,6 +19,9 @@ from chalicelib.errors import InvalidInput
 KEPT_FIELDS = ("vendor", "auth_type", "header_name", "username", "param_name", "token_url", "authorize_url",
                "client_id", "scope", "hosts")
 RECENT_CALLS = 20
+KINDS = (("bearer", "Bearer token"), ("header", "API key in a header"), ("basic", "HTTP Basic"),
+         ("query", "API key in the query"), ("oauth2_client_credentials", "OAuth 2 client credentials"),
+         ("oauth2_authorization_code", "OAuth 2 authorization code (a person connects)"))
 
 
 @page("/console/connections")
@@ -101,8 +104,10 @@ def revoke(ctx: Ctx, connection_id: str) -> Response:
 
 def _page(ctx: Ctx, status: int = 200, *, error: str | None = None, values: dict[str, str] | None = None) -> Response:
     listing = list(every(lambda cursor: connections.list_all(ctx.account_id, limit=ALL_PAGE, cursor=cursor)))
-    return ctx.render("connections.html", status, listing=listing, error=error,
-                      values=values or {name: "bearer" if name == "auth_type" else "" for name in KEPT_FIELDS},
+    shown = values or {name: "" for name in KEPT_FIELDS}
+    if shown.get("auth_type") not in dict(KINDS):  # one kind is always checked: its fields show
+        shown = {**shown, "auth_type": "bearer"}
+    return ctx.render("connections.html", status, listing=listing, error=error, values=shown, kinds=KINDS,
                       done=ctx.params.get("done"), added=ctx.params.get("connection", ""))
 
 

@@ -154,6 +154,11 @@ def footprint(promoted: list[Tool], toolbox: Iterable[Tool]) -> Footprint:
                      len(metas), len(promoted), len(everything))
 
 
+def definition_bytes(*definitions: dict[str, Any]) -> int:
+    """The JSON size of tool definitions listed together, as the footprint counts them."""
+    return _size(list(definitions))
+
+
 def _size(definitions: list[dict[str, Any]]) -> int:
     return len(json.dumps(definitions, separators=(",", ":")).encode())
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from chalice import Response
 
 from chalicelib import policies, toolbox, workingset
-from chalicelib.console.common import PAGE_SIZE, Ctx, action, agent_names, page, redirect
+from chalicelib.console import activity, charts
+from chalicelib.console.common import PAGE_SIZE, Ctx, action, agent_names, page, redirect, whole_toolbox
 from chalicelib.errors import InvalidInput, NotFound
 from chalicelib.store.records import ToolVersion
 
@@ -25,7 +26,11 @@ def tools(ctx: Ctx) -> Response:
     else:
         listing = toolbox.page(ctx.account_id, limit=PAGE_SIZE, cursor=ctx.params.get("cursor"))
         heads, next_cursor = listing.items, listing.next
-    return ctx.render("tools.html", heads=heads, query=query, next_cursor=next_cursor,
+    pictures = []
+    if not query and not ctx.params.get("cursor"):  # the first page of the toolbox shows its use
+        used = activity.toolbox_activity(ctx.account_id, whole_toolbox(ctx.account_id), ctx.now)
+        pictures = [charts.toolbox_calls(used), charts.spared(used)]
+    return ctx.render("tools.html", heads=heads, query=query, next_cursor=next_cursor, pictures=pictures,
                       promoted_for=_promoted_for(ctx.account_id, heads), names=agent_names(ctx.account_id))
 
 

@@ -3,6 +3,7 @@ local stack. Screenshots of the main pages go to test-artifacts/console/ (printe
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -231,7 +232,9 @@ def test_toolbox_and_connections_pages(page: Any, browser: Any, console_stack: S
     # GIVEN a connection added from the console, with its secret typed once
     page.goto(f"{console_stack.url}/console/connections")
     page.fill("#vendor", "unleashed")
-    page.select_option("#auth_type", "header")
+    page.click("label[for=kind-header]")
+    # THEN only the chosen kind's fields show (CSS alone): the header name, not the OAuth ones
+    assert page.is_visible("#header_name") and not page.is_visible("#token_url")
     page.fill("#header_name", "X-Api-Key")
     page.fill("#secret", "sk-browser-secret")
     page.fill("#hosts", "127.0.0.1:9")
@@ -392,3 +395,161 @@ def test_account_page_shows_what_find_tool_learned_and_resets_it(page: Any, cons
     expect(page.locator("#search-memory .notice.ok")).to_contain_text("Search memory reset")
     assert page.locator("#learned-count").inner_text() == "0"
     assert console_stack.admin("GET", "/v1/account/search-memory")[1]["count"] == 0
+
+
+# --- pictures and polish (issue 28) -----------------------------------------------------------------
+
+COLOURS = {"promoted": (31, 122, 77), "demoted by the console": (154, 163, 181), "calls": (47, 91, 211),
+           "spared": (63, 166, 107), "listed": (138, 147, 166)}
+
+
+def colours_in(browser: Any, png: bytes) -> dict[str, int]:
+    """How many pixels of a screenshot have each of COLOURS (decoded by the browser itself, in a
+    blank page of its own: no image library needed)."""
+    context = browser.new_context()
+    blank = context.new_page()
+    counts = blank.evaluate("""async ([data, colours]) => {
+        const image = new Image();
+        image.src = "data:image/png;base64," + data;
+        await image.decode();
+        const canvas = document.createElement("canvas");
+        canvas.width = image.width; canvas.height = image.height;
+        const drawing = canvas.getContext("2d");
+        drawing.drawImage(image, 0, 0);
+        const pixels = drawing.getImageData(0, 0, image.width, image.height).data;
+        const counts = Object.fromEntries(Object.keys(colours).map(name => [name, 0]));
+        for (let i = 0; i < pixels.length; i += 4) {
+            for (const [name, [r, g, b]] of Object.entries(colours)) {
+                if (pixels[i] === r && pixels[i + 1] === g && pixels[i + 2] === b) counts[name]++;
+            }
+        }
+        return counts;
+    }""", [base64.b64encode(png).decode(), COLOURS])
+    context.close()
+    return counts
+
+
+def test_the_agent_page_pictures_its_working_set_and_each_tools_calls(page: Any, browser: Any, console_stack: Stack,
+                                                                     vendor: Vendor) -> None:
+    # GIVEN an agent that got three tools, gave one back from the console and called one three times
+    shop = f"shop{uuid.uuid4().hex[:6]}"
+    for name in ("list-orders", "get-invoice", "list-customers"):
+        console_stack.publish({"vendor": shop, "name": name, "description": f"{name.replace('-', ' ')} in the shop.",
+                               "input_schema": {"type": "object"}, "annotations": {"readOnlyHint": True},
+                               "request": {"method": "GET", "url": f"{vendor.url}/{name}"}})
+    agent = console_stack.new_agent()
+    for name in ("list-orders", "get-invoice", "list-customers"):
+        assert console_stack.admin("POST", f"/v1/agents/{agent['id']}/working-set", {"vendor": shop, "name": name})[0] == 201
+    assert console_stack.admin("DELETE", f"/v1/agents/{agent['id']}/working-set/{shop}/list-customers")[0] == 200
+    for _ in range(3):
+        assert not mcp_call(console_stack, agent["api_key"], f"{shop}__list-orders", {}).get("isError")
+    # WHEN the person opens the agent's page
+    page.goto(f"{console_stack.url}/console/agents/{agent['id']}")
+    moves = page.locator("#chart-working-set")
+    picture = moves.locator("svg.chart")
+    # THEN the working-set picture is drawn, at a real size, with its text alternative naming the figures
+    expect(picture).to_be_visible()
+    box = picture.bounding_box()
+    assert box["width"] > 300 and box["height"] > 100
+    assert picture.get_attribute("role") == "img"
+    described = page.locator(f"#{picture.get_attribute('aria-describedby')}").text_content()
+    assert "3 promoted and 1 demoted (1 the console)" in described and "to 2 tools" in described
+    assert moves.locator(".chart-description").inner_text() == described
+    # AND its bars are there, each with a hover text saying the day's figures
+    assert "3 promoted" in moves.locator("rect.promoted title").first.text_content()
+    # AND the calls picture has one bar, for the called tool, and says 3 calls
+    uses = page.locator("#chart-tool-use")
+    assert uses.locator("svg text.label").first.text_content() == f"{shop}__list-orders"
+    bar = uses.locator("rect.calls").first.bounding_box()
+    assert bar["width"] > 50 and bar["height"] > 5
+    assert uses.locator("desc").text_content().startswith("3 calls over the last 30 days across 1 tools")
+    # AND the screenshots show the bars in their colours (checked pixel by pixel)
+    shot(page, "18-agent-pictures-page")
+    moves.screenshot(path=str(SCREENSHOTS / "19-agent-working-set-picture.png"))
+    uses.screenshot(path=str(SCREENSHOTS / "20-agent-tool-use-picture.png"))
+    seen = colours_in(browser, (SCREENSHOTS / "19-agent-working-set-picture.png").read_bytes())
+    assert seen["promoted"] > 20 and seen["demoted by the console"] > 20, seen
+    assert colours_in(browser, (SCREENSHOTS / "20-agent-tool-use-picture.png").read_bytes())["calls"] > 200
+    # AND the row's Pin and Demote buttons sit side by side on one line, the same height
+    row = page.locator(f"tr[data-tool='{shop}__list-orders']")
+    pin, demote = row.locator("button:has-text('Pin')").bounding_box(), row.locator("button:has-text('Demote')").bounding_box()
+    assert abs(pin["y"] - demote["y"]) < 1 and abs(pin["height"] - demote["height"]) < 1 and pin["x"] < demote["x"]
+
+
+def test_the_toolbox_page_pictures_calls_per_tool_and_tokens_spared(page: Any, browser: Any, console_stack: Stack,
+                                                                   vendor: Vendor) -> None:
+    # GIVEN a toolbox much larger than the meta-tools, and an agent that called a tool twice
+    shop = f"shop{uuid.uuid4().hex[:6]}"
+    for name in ("list-orders", *(f"long-{index}" for index in range(5))):
+        console_stack.publish({"vendor": shop, "name": name, "description": "List orders in the shop. " * 40,
+                               "input_schema": {"type": "object"}, "annotations": {"readOnlyHint": True},
+                               "request": {"method": "GET", "url": f"{vendor.url}/orders"}})
+    agent = console_stack.new_agent()
+    for _ in range(2):
+        mcp_call(console_stack, agent["api_key"], "run_tool", {"vendor": shop, "name": "list-orders", "input": {}})
+    # WHEN the person opens the toolbox
+    page.goto(f"{console_stack.url}/console/tools")
+    calls, spared = page.locator("#chart-toolbox-calls"), page.locator("#chart-spared")
+    # THEN both pictures are drawn at a real size
+    for figure in (calls, spared):
+        expect(figure.locator("svg.chart")).to_be_visible()
+        assert figure.locator("svg.chart").bounding_box()["height"] > 20
+    # AND the calls picture's figures list the tool with its two calls
+    calls.locator("summary").click()
+    row = calls.locator("table.chart-figures tr", has_text=f"{shop}__list-orders")
+    assert row.locator("td").nth(1).inner_text() == "2"
+    # AND the agent has a row in the spared picture, whose figures match its bar's hover text
+    spared.locator("summary").click()
+    cells = spared.locator("table.chart-figures tr", has_text=agent["name"]).locator("td").all_inner_texts()
+    tip = spared.locator("rect.spared title", has_text=agent["name"]).first.text_content()
+    assert tip == f"{agent['name']}: lists ≈ {cells[1]} tokens, spared ≈ {cells[2]}"
+    # AND the screenshot shows the calls bar and the spared bars in their colours
+    png = page.locator("#pictures").screenshot(path=str(SCREENSHOTS / "21-toolbox-pictures.png"))
+    seen = colours_in(browser, png)
+    assert seen["calls"] > 100 and seen["spared"] > 100, seen
+
+
+def test_the_front_door_and_the_icon_and_no_failed_request_on_a_page(page: Any, console_stack: Stack) -> None:
+    # GIVEN every answer the browser gets is watched
+    failed: list[str] = []
+    page.on("response", lambda response: failed.append(f"{response.status} {response.url}")
+            if response.status >= 400 else None)
+    # WHEN the person opens the site's root
+    page.goto(f"{console_stack.url}/")
+    # THEN the browser lands on the console, and neither the page nor its icon failed
+    assert page.url == f"{console_stack.url}/console/agents"
+    icon = page.request.get(f"{console_stack.url}/favicon.ico")
+    assert icon.status == 200 and icon.headers["content-type"] == "image/svg+xml"
+    page.goto(f"{console_stack.url}/console/tools")
+    assert failed == []
+
+
+def test_the_connections_form_shows_only_the_chosen_kinds_fields_without_javascript(browser: Any,
+                                                                                      console_stack: Stack) -> None:
+    # GIVEN a browser with JavaScript turned off, signed in
+    context = browser.new_context(viewport=LAPTOP, java_script_enabled=False)
+    plain = context.new_page()
+    sign_in(plain, console_stack)
+    plain.goto(f"{console_stack.url}/console/connections")
+    # THEN a bearer token (checked by default) needs no extra field
+    assert not any(plain.is_visible(f"#{field}") for field in ("header_name", "param_name", "username", "token_url"))
+    # WHEN the person chooses HTTP Basic, then OAuth 2 authorization code
+    plain.click("label[for=kind-basic]")
+    basic = {field: plain.is_visible(f"#{field}") for field in ("username", "header_name", "token_url")}
+    plain.click("label[for=kind-oauth2_authorization_code]")
+    shot(plain, "22-connections-oauth-fields")
+    oauth = {field: plain.is_visible(f"#{field}") for field in ("authorize_url", "token_url", "client_id", "username")}
+    context.close()
+    # THEN each shows exactly its own fields
+    assert basic == {"username": True, "header_name": False, "token_url": False}
+    assert oauth == {"authorize_url": True, "token_url": True, "client_id": True, "username": False}
+
+
+def test_url_inputs_are_styled_as_the_text_ones(page: Any, console_stack: Stack) -> None:
+    # WHEN the person chooses OAuth 2 client credentials on the Connections form
+    page.goto(f"{console_stack.url}/console/connections")
+    page.click("label[for=kind-oauth2_client_credentials]")
+    # THEN the token URL input (type url) has the text inputs' border, corners, padding and width
+    style = ("el => ['borderTopWidth', 'borderTopColor', 'borderRadius', 'paddingLeft', 'maxWidth']"
+             ".map(name => getComputedStyle(el)[name])")
+    assert page.locator("#token_url").evaluate(style) == page.locator("#client_id").evaluate(style)
