@@ -18,7 +18,10 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import os
+import shutil
 import ssl
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
@@ -174,3 +177,26 @@ async def test_a_metadata_document_client_connects_without_registering(trusting_
     assert 'id="unverified"' not in page and 'id="loopback-warning"' in page
     # AND the token it got works
     assert storage.tokens is not None and list_with(stack, storage.tokens.access_token) == 200
+
+
+# --- the TypeScript SDK's client ---------------------------------------------------------------------------
+
+TS_CLIENT = Path(__file__).with_name("ts_client.cjs")
+TS_SDK = Path(__file__).parent.parent / "upstreams" / "node_modules" / "@modelcontextprotocol" / "sdk"
+
+
+@pytest.mark.skipif(not TS_SDK.exists() or shutil.which("node") is None,
+                    reason="node and tests/upstreams/node_modules are needed: `./dev test` installs them")
+def test_the_typescript_sdk_client_reads_the_extension_from_initialize(stack: Stack) -> None:
+    # GIVEN an agent, and the TypeScript SDK's client (a 2025-11-25 client: initialize)
+    agent = stack.new_agent()
+    # WHEN it connects, lists and calls a tool
+    done = subprocess.run(["node", str(TS_CLIENT)], capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "MCP_URL": f"{stack.url}/mcp", "MCP_KEY": agent["api_key"]})
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    # THEN it kept the working-set extension from initialize's capabilities (its schema has the field)
+    assert seen["capabilities"]["extensions"][WORKING_SET]["changedByTools"] == ["promote", "demote", "acquire"]
+    assert seen["capabilities"]["tools"] == {"listChanged": True}
+    # AND it worked as before: the meta-tools listed, a tool called
+    assert "find_tool" in seen["tools"] and seen["isError"] is False
