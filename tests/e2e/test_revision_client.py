@@ -147,8 +147,9 @@ def trusting_stack(tmp_path_factory: pytest.TempPathFactory, tls: tuple[Path, Pa
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed: `./dev test` installs it")
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 async def test_a_metadata_document_client_connects_without_registering(trusting_stack: Stack,
-                                                                        documents: _Documents) -> None:
+                                                                        documents: _Documents, mode: str) -> None:
     stack = trusting_stack
     person = Person(stack, f"cimd-{uuid.uuid4().hex[:6]}", f"http://localhost:{free_port()}/callback")
     # GIVEN a client that publishes its metadata document at an https URL
@@ -163,7 +164,7 @@ async def test_a_metadata_document_client_connects_without_registering(trusting_
                                             token_endpoint_auth_method="none"),
         storage=storage, redirect_handler=person.redirect_handler, callback_handler=person.callback_handler)
     http = httpx2.AsyncClient(auth=provider, timeout=30)
-    async with http, Client(streamable_http_client(f"{stack.url}/mcp", http_client=http), mode="legacy") as client:
+    async with http, Client(streamable_http_client(f"{stack.url}/mcp", http_client=http), mode=mode) as client:
         # WHEN it connects by the server's URL alone
         tools = [tool.name for tool in (await client.list_tools()).tools]
         # THEN it used its URL as its client_id, with no registration
