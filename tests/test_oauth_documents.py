@@ -333,6 +333,8 @@ def test_a_private_address_is_refused_before_any_connection(console: Console, cl
     ("https://client.example/client.json#frag", "fragment"),
     ("ftp://client.example/client.json", "http or https"),
     ("http://client.example/client.json", "must be an https URL"),
+    ("https://client.example/" + "a" * 2000, "at most 2000 characters"),
+    ("https://client\u00e9.example/client.json", "printable ASCII"),
 ])
 def test_a_client_id_url_of_the_wrong_shape_is_refused_without_a_lookup(
         console: Console, clock: Clock, settings_env: Any, monkeypatch: pytest.MonkeyPatch, connections: list[Any],
@@ -365,10 +367,15 @@ def test_a_document_is_reused_while_its_max_age_lasts(console: Console, clock: C
     assert served.hits["/client.json"] == 2
 
 
-@pytest.mark.parametrize("cache_control", ["no-store", "no-cache", "max-age=0", "max-age=oops, no-cache"])
+@pytest.mark.parametrize("headers", [
+    {"Cache-Control": "no-store"}, {"Cache-Control": "no-cache"}, {"Cache-Control": "max-age=0"},
+    {"Cache-Control": "max-age=oops, no-cache"}, {"Cache-Control": "max-age=60", "Age": "100"},
+    {"Expires": "Thu, 01 Jan 1970 00:00:00 GMT"}, {"Expires": "not a date"},
+])
 def test_a_document_that_must_not_be_reused_is_fetched_every_time(console: Console, clock: Clock,
-                                                                  served: DocumentServer, cache_control: str) -> None:
-    client_id = served.serve("/client.json", headers={"Cache-Control": cache_control})
+                                                                  served: DocumentServer,
+                                                                  headers: dict[str, str]) -> None:
+    client_id = served.serve("/client.json", headers=headers)
     for _ in range(2):
         assert consent_page(console, client_id).status_code == 200
     assert served.hits["/client.json"] == 2
@@ -396,3 +403,12 @@ def test_a_consent_stores_no_client(client: Client, console: Console, clock: Clo
     # THEN a code was minted, and no registration exists for the URL (nothing to expire or keep)
     assert answer["code"].startswith("wsc_")
     assert oauth_store.get_client(flow.client_id, clock.now) is None
+
+
+def test_the_documents_name_is_shown_as_text(console: Console, clock: Clock, served: DocumentServer) -> None:
+    # GIVEN a document whose name is markup
+    client_id = served.serve("/client.json", {"client_name": "<script>alert(1)</script>"})
+    # WHEN the person opens the consent page
+    body = text(consent_page(console, client_id))
+    # THEN the name is text on the page, never markup
+    assert "<script>alert(1)" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body

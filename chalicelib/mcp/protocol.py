@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,9 @@ MODERN_HTTP_STATUS = {
     INTERNAL_ERROR: 500,
 }
 NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# 2026-07-28 transports/streamable-http, "Standard Request Headers" (lower-case: headers arrive so)
+STANDARD_HEADERS = ("mcp-protocol-version", "mcp-method", "mcp-name")
+_HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")
 
 
 class ProtocolError(Exception):
@@ -169,13 +173,17 @@ def _modern_envelope(
     if CAPABILITIES_META not in meta:
         raise ProtocolError(INVALID_PARAMS, f"params._meta is missing the required envelope key {CAPABILITIES_META}")
     version = meta[VERSION_META]
+    for header in STANDARD_HEADERS:
+        if not _header_safe(headers.get(header)):
+            raise ProtocolError(HEADER_MISMATCH, f"Header mismatch: the {header} header holds characters a header "
+                                "value cannot carry as they are (Base64-encode it: =?base64?...?=)")
     if headers.get("mcp-protocol-version") != version:
-        raise ProtocolError(HEADER_MISMATCH, "MCP-Protocol-Version header does not match params._meta")
+        raise ProtocolError(HEADER_MISMATCH, "Header mismatch: MCP-Protocol-Version header does not match params._meta")
     if headers.get("mcp-method") != message["method"]:
-        raise ProtocolError(HEADER_MISMATCH, "Mcp-Method header does not match the request body's method")
+        raise ProtocolError(HEADER_MISMATCH, "Header mismatch: Mcp-Method header does not match the request body's method")
     name_key = NAME_BEARING.get(message["method"])
     if name_key and params.get(name_key) is not None and _decode_header(headers.get("mcp-name")) != params[name_key]:
-        raise ProtocolError(HEADER_MISMATCH, f"Mcp-Name header does not match the request body's {name_key}")
+        raise ProtocolError(HEADER_MISMATCH, f"Header mismatch: Mcp-Name header does not match the request body's {name_key}")
     if version not in MODERN_PROTOCOL_VERSIONS:
         raise ProtocolError(
             UNSUPPORTED_PROTOCOL_VERSION,
@@ -197,6 +205,12 @@ def _legacy_envelope(params: dict[str, Any], headers: Mapping[str, str]) -> str:
             {"supported": SUPPORTED_VERSIONS, "requested": announced},
         )
     return announced
+
+
+def _header_safe(value: str | None) -> bool:
+    """A header value as the 2026-07-28 transport's "Value Encoding" allows it plain: visible ASCII,
+    space and tab, not starting or ending with whitespace (an absent one is judged elsewhere)."""
+    return value is None or (_HEADER_VALUE.fullmatch(value) is not None and value == value.strip(" \t"))
 
 
 def _decode_header(value: str | None) -> str | None:

@@ -12,7 +12,7 @@ from chalicelib import accounts, jsontext, log, policies, runs, usage, workingse
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
-from chalicelib.mcp import approvals, protocol, tasks
+from chalicelib.mcp import approvals, extensions, protocol, tasks
 from chalicelib.mcp.metatools import INSTRUCTIONS, META_TOOLS, Call, listed, split_name
 from chalicelib.mcp.protocol import (
     HANDSHAKE_PROTOCOL_VERSIONS,
@@ -231,9 +231,11 @@ def _unknown_tool(name: str, ref: tuple[str, str] | None) -> str:
 
 
 def _capabilities(*, modern: bool = False) -> dict[str, Any]:
-    capabilities: dict[str, Any] = {"tools": {"listChanged": True}}
+    # the working set is declared to both revisions (2025-11-25's ServerCapabilities admits it)
+    capabilities: dict[str, Any] = {"tools": {"listChanged": True},
+                                    "extensions": {extensions.WORKING_SET: extensions.working_set(LIST_TTL_MS)}}
     if modern:
-        capabilities["extensions"] = {tasks.EXTENSION: {}}
+        capabilities["extensions"][tasks.EXTENSION] = {}
     return capabilities
 
 
