@@ -36,6 +36,18 @@ T = TypeVar("T")
 SYNC = "sync_upstream"  # the work queue message that syncs one server
 SYNC_EVERY = timedelta(hours=1)
 SYNCED_BY = "sweep"  # who published the versions an hourly sync brings (never an agent)
+# What does not start like a URL (`npx -y @scope/server`, `uvx x`, `/usr/bin/x`) is read as a
+# command that starts a stdio server, which Workset cannot run: the refusal says how to bring it in.
+# A host without its scheme (`mcp.example.com/mcp`) is told it needs one.
+_URL_START = re.compile(r"^\s*[A-Za-z][A-Za-z0-9+.-]*://")
+_HOST_WITHOUT_SCHEME = re.compile(r"^(localhost|\[[0-9A-Fa-f:.]+\]|[\w-]+(\.[\w-]+)+)(:\d+)?(/\S*)?$")
+STDIO_REFUSAL = (
+    "must be the URL of an MCP server's Streamable HTTP endpoint: Workset calls MCP servers over "
+    "Streamable HTTP and cannot run a command that starts a stdio server. Serve a stdio server over "
+    "HTTP with a bridge, e.g. `npx -y supergateway --stdio \"<command>\" --outputTransport streamableHttp "
+    "--port 8100`, and register its endpoint (http://127.0.0.1:8100/mcp on the local stack; a public "
+    "https URL for a deployed Workset)"
+)
 _MCP_NAME = re.compile(r"[\x21-\x7e]{1,128}")  # what Workset passes back as the server's own tool name
 _HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 FAILURES_KEPT = 20  # failed tools named in a remembered sync
@@ -53,6 +65,10 @@ class NewUpstream(BaseModel):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
+        if not _URL_START.match(value):
+            if _HOST_WITHOUT_SCHEME.match(value):
+                raise ValueError("must be an absolute http or https URL (begin it with https://)")
+            raise ValueError(STDIO_REFUSAL)  # never the command back: its arguments may hold a key
         if "{" in value or "}" in value:
             raise ValueError("must be the server's MCP endpoint, without placeholders")
         return checked_url(value)

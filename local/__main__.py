@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from local import environment
 from local.lifecycle import Lifecycle
+from local.progress import Progress
 
 if TYPE_CHECKING:
     from local.http import Server
@@ -55,10 +56,13 @@ def _run(args: argparse.Namespace, life: Lifecycle) -> None:
     life.hold(data_dir)
     environment.prepare()
     server = _listen(args.host, args.port)  # before the emulator: a taken port starts nothing
+    progress = Progress()
     emulator = False
     if not os.environ.get("AWS_ENDPOINT_URL"):
+        progress.step("starting the AWS emulator (DynamoDB, SQS, KMS) and restoring the tables")
         os.environ["AWS_ENDPOINT_URL"] = life.start_emulator(data_dir)
         emulator = True
+    progress.step("loading Workset")
 
     # Only now may the app and the store be imported: they read the endpoint at import.
     from chalice.config import Config
@@ -71,6 +75,7 @@ def _run(args: argparse.Namespace, life: Lifecycle) -> None:
     from local import demo, workers
     from local.http import Handler
 
+    progress.step("creating the tables and the key")
     tables.create_all()
     vault.ensure_key()
     if args.announce_listens:
@@ -85,6 +90,7 @@ def _run(args: argparse.Namespace, life: Lifecycle) -> None:
     demo_port = args.demo_port if args.demo_port is not None else (args.port + 1 if args.port else 0)
     vendor = demo.start_vendor(demo_port)
     if not args.no_demo:
+        progress.step("checking the demo toolbox (seeded on the first start, with its search vectors)")
         _seed_demo(account_id, f"http://127.0.0.1:{vendor.server_address[1]}")
 
     class LocalApp(LocalChalice, app.__class__):  # type: ignore[misc]
@@ -98,6 +104,7 @@ def _run(args: argparse.Namespace, life: Lifecycle) -> None:
 
     stop = threading.Event()
     life.on_stop.append(stop.set)
+    progress.step("starting the workers (the sweep, the queues)")
     workers.start(stop, sweep_interval=args.sweep_interval)
 
     base = f"http://{args.host}:{port}"
@@ -106,17 +113,36 @@ def _run(args: argparse.Namespace, life: Lifecycle) -> None:
         from chalicelib import config
 
         config.settings.cache_clear()
-    print(f"Workset is running on {base}", flush=True)
-    print(f"  Console        {base}/console   (sign in with the admin token)", flush=True)
-    print(f"  MCP endpoint   {base}/mcp", flush=True)
-    print(f"  Admin API      {base}/v1   (Authorization: Bearer <admin token>)", flush=True)
-    print(f"  Admin token    {token}", flush=True)
-    print(f"  Data           {data_dir}" + ("" if emulator else f" (state lives at {os.environ['AWS_ENDPOINT_URL']})"),
-          flush=True)
-    print(f"  Create an agent: curl -s -X POST {base}/v1/agents -H 'Authorization: Bearer {token}' "
-          "-H 'Content-Type: application/json' -d '{\"name\": \"my-agent\"}'", flush=True)
+    print(ready_block(base, token, data_dir, emulator=emulator, seconds=progress.done()), flush=True)
     print(f"READY {base}", flush=True)
     server.serve_forever(poll_interval=0.1)
+
+
+def ready_block(base: str, token: str, data_dir: Path, *, emulator: bool, seconds: float | None = None) -> str:
+    """What a person needs once the stack serves: where, how to sign in, where the token is, how to stop."""
+    saved = data_dir / "admin-token"
+    where = f"saved in {_shown(saved)}" if not os.environ.get("WORKSET_ADMIN_TOKEN") else "from WORKSET_ADMIN_TOKEN"
+    state = "" if emulator else f" (the state lives at {os.environ.get('AWS_ENDPOINT_URL')})"
+    return "\n".join([
+        "",
+        f"Workset is ready on {base}" + (f" (started in {seconds:.0f} s)" if seconds is not None else ""),
+        f"  MCP endpoint   {base}/mcp",
+        f"  Console        {base}/console   (sign in with the admin token)",
+        f"  Admin API      {base}/v1   (Authorization: Bearer <admin token>)",
+        f"  Admin token    {token}   ({where})",
+        f"  Data           {_shown(data_dir)}{state}",
+        f"  Stop           Ctrl-C here, or kill {os.getpid()}; every acknowledged write is kept",
+        "  Next           the README's Walk-through creates an agent and connects a client",
+        "",
+    ])
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the current folder when it is inside it (`.workset/admin-token`)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _listen(host: str, port: int) -> Server:
@@ -183,15 +209,21 @@ def _admin_token(data_dir: Path) -> str:
 
 
 def _seed_demo(account_id: str, vendor_url: str) -> None:
-    from chalicelib import definitions, toolbox
+    from chalicelib import definitions, imports, toolbox
     from chalicelib.clock import utcnow
-    from local.demo import demo_tools
+    from chalicelib.config import settings
+    from chalicelib.store import queues
+    from local.demo import DEMO_API_VENDOR, demo_import, demo_tools
 
     if toolbox.page(account_id, limit=1, cursor=None).items:
         return  # the toolbox has tools already: never overwrite a person's work
     for definition in demo_tools(vendor_url):
         toolbox.publish(account_id, definitions.parse_spec(definition), published_by="demo", now=utcnow())
-    print(f"  Seeded a demo toolbox ({len(demo_tools(vendor_url))} tools calling {vendor_url})", flush=True)
+    queues.ensure(settings().sweep_queue)  # the import hands its search vectors to the work queue
+    report = imports.import_openapi(account_id, demo_import(vendor_url), published_by="demo", now=utcnow())
+    imported = sum(1 for line in report.lines if line.outcome == imports.PUBLISHED)
+    print(f"  Seeded a demo toolbox ({len(demo_tools(vendor_url))} tools written by hand and {imported} "
+          f"operations of {DEMO_API_VENDOR}'s public API, all calling {vendor_url})", flush=True)
 
 
 if __name__ == "__main__":

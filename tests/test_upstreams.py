@@ -18,7 +18,7 @@ from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from tests.books import sweep_at, take_bodies, work
 from tests.conftest import Admin, JsonHandler, Mcp, serving
-from tests.upstream_servers import everything_url_fixture, forecast_server, sdk_server  # noqa: F401
+from tests.upstream_servers import bridged_url_fixture, everything_url_fixture, forecast_server, sdk_server  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
@@ -190,6 +190,35 @@ def test_bad_registrations_are_refused_naming_the_field(admin: Admin, body: dict
     assert admin.call("GET", "/v1/upstreams").json_body["items"] == []
 
 
+@pytest.mark.parametrize("command", [
+    "npx -y @modelcontextprotocol/server-everything",
+    "uvx mcp-server-fetch",
+    "API_KEY=sk-secret-123 node build/index.js",
+    "/usr/local/bin/mcp-server --stdio",
+    "docker run -i --rm mcp/fetch",
+])
+def test_a_stdio_command_is_refused_saying_how_to_serve_it_over_http(admin: Admin, command: str) -> None:
+    # GIVEN the command a stdio MCP server's README gives, pasted where the URL goes
+    # WHEN it is registered
+    answer = admin.call("POST", "/v1/upstreams", {"vendor": "fetch", "url": command})
+    # THEN it is refused naming the url, saying Workset speaks Streamable HTTP and how to bridge a
+    # stdio server, without the command (whose arguments may hold a key) and without registering
+    error = answer.json_body["error"]
+    assert (answer.status_code, error["field"]) == (400, "url")
+    assert "Streamable HTTP" in error["message"] and "stdio" in error["message"]
+    assert "supergateway --stdio" in error["message"] and "/mcp" in error["message"]
+    assert command not in error["message"] and "sk-secret" not in error["message"]
+    assert admin.call("GET", "/v1/upstreams").json_body["items"] == []
+
+
+@pytest.mark.parametrize("url", ["mcp.example.com/mcp", "localhost:8100/mcp", "127.0.0.1:8100/mcp"])
+def test_a_host_without_its_scheme_is_told_to_add_it(admin: Admin, url: str) -> None:
+    answer = admin.call("POST", "/v1/upstreams", {"vendor": "w", "url": url})
+    error = answer.json_body["error"]
+    assert (answer.status_code, error["field"]) == (400, "url")
+    assert "https://" in error["message"] and "stdio" not in error["message"]
+
+
 @pytest.fixture
 def hostile() -> Iterator[tuple[str, list[dict[str, str]]]]:
     """A handshake-era server listing a good tool, a tool with an unusable schema and a nameless
@@ -247,6 +276,18 @@ def test_the_everything_server_is_a_vendor_too(admin: Admin, mcp: Mcp, everythin
     result = mcp.call("run_tool", {"vendor": "everything", "name": "echo", "input": {"message": "hello"}})
     assert result["isError"] is False, result
     assert "hello" in result["content"][0]["text"]
+
+
+def test_a_stdio_server_behind_a_bridge_is_a_vendor(admin: Admin, mcp: Mcp, bridged_url: str) -> None:
+    # GIVEN a server that speaks only stdio, served over Streamable HTTP by supergateway on 127.0.0.1
+    # WHEN its bridge's URL is registered
+    answer = _register(admin, bridged_url, vendor="everything")
+    # THEN its tools are published and a call goes through the bridge to the stdio server and back
+    assert answer.status_code == 201, answer.json_body
+    assert _names(answer.json_body)["echo"] == "published"
+    result = mcp.call("run_tool", {"vendor": "everything", "name": "echo", "input": {"message": "over stdio"}})
+    assert result["isError"] is False, result
+    assert "over stdio" in result["content"][0]["text"]
 
 
 def test_the_sweep_queues_an_hourly_sync_of_each_server(admin: Admin, client: Client, notes: Any) -> None:

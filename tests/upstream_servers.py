@@ -6,6 +6,8 @@
 - `everything_server`: the reference server `@modelcontextprotocol/server-everything` (the
   TypeScript SDK's, handshake era only, session ids, event-stream answers), run by `node` from
   tests/upstreams/node_modules, which `./dev test` installs (`npm ci`).
+- `bridged_server`: the same server in its stdio mode, served over Streamable HTTP by the bridge
+  `supergateway` (as the README tells a person with a stdio-only server to do).
 
 Each context manager yields the URL of the MCP endpoint; the fixtures below share one server per
 module (SDK) or per session (everything). Import a fixture into a test module to use it:
@@ -15,6 +17,7 @@ module (SDK) or per session (everything). Import a fixture into a test module to
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -37,6 +40,7 @@ from mcp_types import ToolAnnotations
 
 UPSTREAMS = Path(__file__).resolve().parent / "upstreams"
 EVERYTHING = UPSTREAMS / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+SUPERGATEWAY = UPSTREAMS / "node_modules" / "supergateway" / "dist" / "index.js"
 STARTUP_SECONDS = 30
 
 
@@ -122,6 +126,32 @@ def everything_server() -> Iterator[str]:
             _stop(process)
 
 
+@contextmanager
+def bridged_server() -> Iterator[str]:
+    """The reference server speaking stdio, behind `supergateway --stdio ... --outputTransport
+    streamableHttp` on 127.0.0.1 (both preloaded with loopback.cjs); yields the endpoint URL."""
+    node = shutil.which("node")
+    if node is None or not EVERYTHING.is_file() or not SUPERGATEWAY.is_file():
+        reason = "node or tests/upstreams/node_modules is missing: `./dev test` installs them (apt-get, npm ci)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    port = _free_port()
+    loopback = str(UPSTREAMS / "loopback.cjs")
+    stdio = " ".join(shlex.quote(part) for part in (node, "--require", loopback, str(EVERYTHING), "stdio"))
+    env = {"PATH": os.environ.get("PATH", "")}  # bare: the server's get-env tool answers its environment
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen([node, "--require", loopback, str(SUPERGATEWAY), "--stdio", stdio,
+                                    "--outputTransport", "streamableHttp", "--port", str(port), "--logLevel", "none"],
+                                   cwd=UPSTREAMS, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                   start_new_session=True)
+        try:
+            _wait_for_port(port, process, log)
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            _stop(process)
+
+
 def _free_port() -> int:
     with socket.create_server(("127.0.0.1", 0)) as probe:
         return int(probe.getsockname()[1])
@@ -167,6 +197,13 @@ def sdk_url_fixture() -> Iterator[str]:
 def sdk_json_url_fixture() -> Iterator[str]:
     """The SDK server answering plain JSON, shared by a test module."""
     with sdk_server(json_response=True) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", name="bridged_url")
+def bridged_url_fixture() -> Iterator[str]:
+    """The reference server over stdio behind supergateway, shared by a test module."""
+    with bridged_server() as url:
         yield url
 
 

@@ -165,18 +165,43 @@ class SearchIndex:
         Scores are a weighted sum of per-query normalised signals: higher is better, but
         they are only comparable within one query.
         """
-        content = content_words(query)
-        if self._signals is None or limit <= 0 or not content:
-            return []
+        return self.search_many([query], limit, memory)[0]
+
+    def search_many(self, queries: list[str], limit: int = 10,
+                    memory: Memory | None = None) -> list[list[tuple[str, float]]]:
+        """`search` of each query (a request and its intents, queries.py), with the MiniLM vectors
+        of all of them in one forward pass and their cosines with every doc in one product."""
         signals = self._signals
-        keyword, named = signals.lexicon.scores(content)
-        shares_word = bool((keyword > 0).any())
-        if not shares_word and not any(map(is_known_word, content)):
-            return []  # gibberish: skip the forward pass
-        query_vector = embedder.embed([query])[0]
-        cosine = signals.vectors @ query_vector
-        if not shares_word and cosine.max() < GATE_COSINE:
-            return []
+        if signals is None or limit <= 0:
+            return [[] for _ in queries]
+        # position -> (content words, BM25, name share, shares a word) of each answerable query
+        lexical: dict[int, tuple[list[str], np.ndarray, np.ndarray, bool]] = {}
+        for position, query in enumerate(queries):
+            content = content_words(query)
+            if not content:
+                continue
+            keyword, named = signals.lexicon.scores(content)
+            shares_word = bool((keyword > 0).any())
+            if shares_word or any(map(is_known_word, content)):  # else gibberish: skip the forward pass
+                lexical[position] = (content, keyword, named, shares_word)
+        answers: list[list[tuple[str, float]]] = [[] for _ in queries]
+        if not lexical:
+            return answers
+        vectors = embedder.embed([queries[position] for position in lexical])
+        cosines = signals.vectors @ vectors.T
+        for column, (position, (content, keyword, named, shares_word)) in enumerate(lexical.items()):
+            cosine = cosines[:, column]
+            if shares_word or cosine.max() >= GATE_COSINE:
+                answers[position] = self._ranked(queries[position], content, keyword, named, vectors[column],
+                                                  cosine, limit, memory)
+        return answers
+
+    def _ranked(self, query: str, content: list[str], keyword: np.ndarray, named: np.ndarray,
+                query_vector: np.ndarray, cosine: np.ndarray, limit: int,
+                memory: Memory | None) -> list[tuple[str, float]]:
+        """One answerable query's hits: its signals fused, best first."""
+        assert self._signals is not None
+        signals = self._signals
         top = keyword.max()
         static = zscore(signals.static.cosine(query))
         sentence = _sentence_or_stand_in(signals.centred(cosine, query_vector), static, signals.known)
