@@ -129,8 +129,24 @@ def test_the_merge_keeps_the_whole_requests_best_hit_first() -> None:
                       "translate it": [("t/translate", 2.2)]})
     # WHEN the request is searched
     found = queries.search(fake, "weather in Paris and translate it", 3)
-    # THEN the whole's best stays first, then every tool by its best score in any ranking
-    assert found == [("w/daily", 2.5), ("w/hourly", 3.0), ("t/translate", 2.2)]
+    # THEN the whole's best stays first, then every tool by its best score in any ranking, a part's
+    # score counting in the whole's context (0.6 x 3.0 + 0.4 x 1.5 for the hourly forecast; the
+    # whole's lowest listed score, 1.5, for the translation it does not list)
+    assert found == [("w/daily", 2.3), ("w/hourly", 2.4), ("t/translate", 1.92)]
+
+
+def test_a_piece_of_a_one_intent_request_does_not_push_out_the_wholes_hits() -> None:
+    # GIVEN a one-intent request that splits on a list, whose piece "Google" alone finds a tool
+    # scoring above the whole request's third hit, but which the whole request barely asks for
+    request_text = "compare phone prices of Apple, Samsung, and Google"
+    whole = [("shop/compare", 6.0), ("shop/search", 5.0), ("shop/deals", 4.0), ("ads/google-ads", 1.0)]
+    fake = FakeIndex({request_text: whole, "Google": [("ads/google-ads", 4.5)],
+                      "compare phone prices of Apple": [("shop/compare", 7.0)], "Samsung": []})
+    assert queries.intents(request_text) == ["compare phone prices of Apple", "Samsung", "Google"]
+    # WHEN it is searched for three hits
+    found = keys(queries.search(fake, request_text, 3))
+    # THEN the whole request's own top three stay (0.6 x 4.5 + 0.4 x 1.0 = 3.1 is below 4.0)
+    assert found == ["shop/compare", "shop/search", "shop/deals"]
 
 
 def test_no_hit_for_the_whole_request_is_no_hit_at_all() -> None:

@@ -10,7 +10,10 @@ long the request: the parts ride in the whole request's MiniLM forward pass, but
 too, since 63% of MetaTool's contain a comma or an "and"; the merge keeps most of them intact.)
 
 A request that does not split ranks exactly as SearchIndex.search ranks it; one that does keeps
-the whole request's best hit first.
+the whole request's best hit first. A part's hit counts in the whole request's context: its score
+is PART_WEIGHT of its score for the part and the rest of its score for the whole request, so a
+piece of a one-intent request ("Apple, Samsung, and Google") cannot push the whole's own hits out
+of places 2-5 with a tool the whole request barely asks for (bench/find_tool_quality.py).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
 MAX_PARTS = 3  # parts searched besides the whole request (one forward pass each)
 MAX_SPLIT_CHARS = 600  # a longer request is split on its first so many characters only
 MIN_PART_WORDS = 1  # content words a piece needs to stand as an intent of its own
+PART_WEIGHT = 0.6  # a part's hit scores 0.6 x its score for the part + 0.4 x its score for the whole
+WHOLE_DEPTH = 50  # the whole request's scores read for the parts' hits (lower ones: its lowest listed)
 
 _SENTENCE_END = re.compile(r"[.!?;]+(?:\s+|$)")
 _CONNECTOR = re.compile(
@@ -62,19 +67,34 @@ def search(index: Searchable, query: str, limit: int, memory: Memory | None = No
     intent; else the whole request's best hit, then every tool by its best score for the whole
     request or any one part (so each intent's best tools rise, whichever part they answer).
     `memory` (the account's own use) weighs in on the whole request and on every part."""
-    rankings = index.search_many([query, *intents(query)], limit, memory=memory)  # one forward pass
-    if len(rankings) == 1 or not rankings[0]:  # one intent, or no hit for the whole: none for its parts
-        return rankings[0]
-    return merged(rankings, limit)
+    parts = intents(query)
+    if not parts:
+        return index.search_many([query], limit, memory=memory)[0]
+    rankings = index.search_many([query, *parts], max(limit, WHOLE_DEPTH), memory=memory)  # one forward pass
+    if not rankings[0]:  # no hit for the whole request: none for its parts
+        return []
+    return merged([rankings[0], *(in_context(part[:limit], rankings[0]) for part in rankings[1:])], limit)
+
+
+def in_context(part: list[tuple[str, float]], whole: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """A part's hits rescored in the whole request's context: PART_WEIGHT of the part's score, the
+    rest the whole request's score for the same tool (its lowest listed one for a tool it does not
+    list). A tool only the part asks for drops; one both ask for keeps its place."""
+    if not whole:
+        return part
+    scores = dict(whole)
+    floor = min(scores.values())
+    return [(key, round(PART_WEIGHT * score + (1 - PART_WEIGHT) * scores.get(key, floor), 6)) for key, score in part]
 
 
 def merged(rankings: list[list[tuple[str, float]]], limit: int) -> list[tuple[str, float]]:
     """The first ranking's best hit, then each key once by its best score in any ranking (ties by
-    key). SearchIndex's scores are sums of per-query normalised signals, so they compare roughly
-    across the queries of one request; the max did best on the tuning parts, ahead of reciprocal
-    rank fusion and round-robin interleaving (bench/find_tool_quality.py)."""
+    key), the first ranking read to `limit` only. SearchIndex's scores are sums of per-query
+    normalised signals, so they compare roughly across the queries of one request; the max did best
+    on the tuning parts, ahead of reciprocal rank fusion and round-robin interleaving
+    (bench/find_tool_quality.py)."""
     best: dict[str, float] = {}
-    for ranking in rankings:
+    for ranking in [rankings[0][:limit], *rankings[1:]]:
         for key, score in ranking:
             best[key] = max(score, best.get(key, score))
     order = sorted(best, key=lambda key: (-best[key], key))
