@@ -15,17 +15,20 @@ and, for the two pending states, three rules side by side in one run:
 * "sentence 0"  -- a pending doc's sentence signal left at zero (the rule before issue 25);
 * "stand-in"    -- the static signal's z-score takes its place (`_sentence_or_stand_in`), and a
                    doc whose static z-score stands out is listed (main before this change);
-* "+ computed"  -- and the PENDING docs among the first RERANK_PENDING hits get their vectors
-                   computed by the search and rank by their real sentence signal (index.py
-                   `_pending_sentence`; the rule now).
+* "+ computed"  -- and the PENDING docs among the first RERANK_PENDING candidates get their
+                   vectors computed by the search and rank by their real sentence signal; their
+                   cosine is also the gate's evidence, so with every vector pending a request
+                   sharing no word is no longer left unanswered (index.py `_pending_sentence`;
+                   the rule now).
 
-The ratio printed is recall before / recall after. "passes/query" is the MiniLM forward passes
-the searches computed for pending docs, over the queries (machine-independent; an index keeps
-what it computed, so a stream of searches on one index pays less than RERANK_PENDING each);
-"CPU ms" is the median process time per search, the query's own vector (computed once per query
-before the searches) left out (machine-dependent). In the half state recall@1
-is also split by whether the gold tool is pending or known ("pending / known gold"): both should
-rank as they do after, neither at the other's cost.
+The ratio printed is recall before / recall after. "own vectors/search" is how many pending docs a
+search ranked by their own MiniLM vector: at most RERANK_PENDING, the forward passes a first search
+on a fresh index pays (machine-independent); "computed/search" is what the searches of the set
+computed, over the queries (an index keeps what it computed, so a stream of searches on one index
+pays less); "CPU ms" is the median process time per search, the query's own vector (computed once
+per query before the searches) left out (machine-dependent). In the half state recall@1 is also
+split by whether the gold tool is pending or known ("pending / known gold"): both should rank as
+they do after, neither at the other's cost.
 
 Query sets: MetaTool (199 tools, ../shared/bench/metatool): the rule was chosen looking only at
 the tuning part (every 10th query); the held-out part (a seeded sample of the rest, --held-out 0
@@ -129,14 +132,34 @@ def with_state(docs: list[Document], vectors: list[bytes], state: str) -> list[D
 
 
 class _Counted:
-    """documents.document_vectors as index.py calls it, counting the texts it embeds."""
+    """documents.document_vectors as index.py calls it, counting the texts it embeds and timing them."""
 
     def __init__(self) -> None:
-        self.texts = 0
+        self.texts = 0  # since the last reset
+        self.total = 0  # over the whole run
+        self.seconds = 0.0  # over the whole run
 
     def __call__(self, tools: list[tuple[str, str, str]]) -> list[bytes]:
-        self.texts += len(tools)
-        return document_vectors(tools)
+        started = time.process_time()
+        try:
+            return document_vectors(tools)
+        finally:
+            self.texts += len(tools)
+            self.total += len(tools)
+            self.seconds += time.process_time() - started
+
+
+class _Needed:
+    """SearchIndex._pending_sentence wrapped to count the pending rows each search ranks by their
+    own vector (computed, or kept from an earlier search): what a first search on a fresh index pays."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.real = SearchIndex._pending_sentence
+
+    def __call__(self, index: SearchIndex, rows: np.ndarray, *args: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.rows += len(rows)
+        return self.real(index, rows, *args)
 
 
 def searched(index: SearchIndex, rows: Rows) -> tuple[list[int | None], list[float]]:
@@ -164,9 +187,10 @@ def measure(label: str, docs: list[Document], sets: dict[str, Rows]) -> None:
     for rows in sets.values():  # every query's own vector first, so no timing below includes it
         for _, query, _ in rows:
             search_index.embedder.embed([query])
-    counted = _Counted()
+    counted, needed = _Counted(), _Needed()
     search_index.document_vectors = counted  # type: ignore[assignment]
-    results: dict[tuple[str, str, str], tuple[list[int | None], list[float], int]] = {}
+    SearchIndex._pending_sentence = lambda index, *args: needed(index, *args)  # type: ignore[method-assign]
+    results: dict[tuple[str, str, str], tuple[list[int | None], list[float], tuple[int, int]]] = {}
     for state in ("after", "before", "half"):
         for rule_name, (rule, rerank) in RULES.items():
             if state == "after" and rule_name != "sentence 0":
@@ -175,26 +199,27 @@ def measure(label: str, docs: list[Document], sets: dict[str, Rows]) -> None:
             search_index.RERANK_PENDING = rerank
             for set_name, rows in sets.items():
                 index = SearchIndex.build(with_state(docs, vectors, state))  # fresh: nothing computed yet
-                counted.texts = 0
+                counted.texts = needed.rows = 0
                 ranks, times = searched(index, rows)
-                results[(state, rule_name, set_name)] = (ranks, times, counted.texts)
+                results[(state, rule_name, set_name)] = (ranks, times, (needed.rows, counted.texts))
     search_index._sentence_or_stand_in = RULES[NOW][0]  # type: ignore[assignment]
     search_index.RERANK_PENDING = RULES[NOW][1]
     search_index.document_vectors = document_vectors  # type: ignore[assignment]
+    SearchIndex._pending_sentence = needed.real  # type: ignore[method-assign]
     print(f"\n{label}: {len(docs)} tools")
     print("| query set | queries | after r@1 / r@5 | state | rule | r@1 / r@5 | ratio r@1 / r@5 | "
-          "half: r@1 pending / known gold (ratio) | passes/query | CPU ms |")
-    print("|---|---:|---|---|---|---|---|---|---:|---:|")
+          "half: r@1 pending / known gold (ratio) | own vectors/search | computed/search | CPU ms |")
+    print("|---|---:|---|---|---|---|---|---|---:|---:|---:|")
     for set_name, rows in sets.items():
         after, after_times, _ = results[("after", "sentence 0", set_name)]
         a1, a5 = recall(after, 1), recall(after, 5)
         pending = [i for i, (_, _, gold) in enumerate(rows) if _gold_pending(gold, pending_keys)]
         known = [i for i in range(len(rows)) if i not in set(pending)]
-        print(f"| {set_name} | {len(rows)} | {a1:.3f} / {a5:.3f} | after | | | | | 0 | "
+        print(f"| {set_name} | {len(rows)} | {a1:.3f} / {a5:.3f} | after | | | | | 0 | 0 | "
               f"{1000 * statistics.median(after_times):.1f} |")
         for state in ("before", "half"):
             for rule_name in RULES:
-                ranks, times, passes = results[(state, rule_name, set_name)]
+                ranks, times, (own, passes) = results[(state, rule_name, set_name)]
                 r1, r5 = recall(ranks, 1), recall(ranks, 5)
                 split = ""
                 if state == "half":
@@ -206,7 +231,10 @@ def measure(label: str, docs: list[Document], sets: dict[str, Rows]) -> None:
                     split = " / ".join(parts)
                 print(f"| {set_name} | {len(rows)} | {a1:.3f} / {a5:.3f} | {state} | {rule_name} | "
                       f"{r1:.3f} / {r5:.3f} | {_ratio(r1, a1)} / {_ratio(r5, a5)} | {split} | "
-                      f"{passes / len(rows):.2f} | {1000 * statistics.median(times):.1f} |")
+                      f"{own / len(rows):.2f} | {passes / len(rows):.2f} | {1000 * statistics.median(times):.1f} |")
+    if counted.total:
+        print(f"\nVectors computed by searches: {counted.total}, {1000 * counted.seconds / counted.total:.0f} ms "
+              "CPU each (mean, one BLAS thread)")
 
 
 def _gold_pending(gold: str | set[str], pending: set[str]) -> bool:

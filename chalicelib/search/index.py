@@ -4,7 +4,9 @@ Per doc, summed with fixed weights (W_* below):
 
 * sentence -- cosine of the query's MiniLM vector with the tool's stored one (documents.py), the
   index's mean tool vector subtracted first: every tool text shares a "this is a tool" direction
-  that otherwise dominates the cosine. z-scored across the docs.
+  that otherwise dominates the cosine. z-scored across the docs. A doc whose vector is PENDING (a
+  large import's, until the work queue stores it) has the static signal's z-score instead, and
+  the first few such candidates of a search get their vector computed there (RERANK_PENDING).
 * static -- range-weighted wordllama cosine (static.py), z-scored.
 * keyword -- BM25 (bm25.py), divided by its maximum.
 * name -- idf-weighted share of the query's words found in a tool's vendor or name (bm25.py).
@@ -160,7 +162,8 @@ class SearchIndex:
     def nbytes(self) -> int:
         """Roughly what the index holds in memory."""
         texts = sum(len(d.key) + len(d.vendor) + len(d.name) + len(d.description) + 300 for d in self._docs)
-        return texts + self._key_order.nbytes + (self._signals.nbytes if self._signals else 0)
+        computed = sum(vector.nbytes for vector in list(self._computed.values()))
+        return texts + self._key_order.nbytes + computed + (self._signals.nbytes if self._signals else 0)
 
     def __len__(self) -> int:
         return len(self._keys)
