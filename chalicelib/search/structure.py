@@ -24,12 +24,16 @@ issues in a repository" says what it wants done (read, create, update, delete) a
   (POST /snippets/{workspace}); a request with no verb ("unleashed sales orders") in the plural
   leans to a read of a collection only where its cover is clear (NO_VERB_COVER), as a blanket
   read lean on every verbless request hurt.
+* summary -- the summary is a field of its own, apart from the description: the request's words
+  it holds over the words either holds (W_SUMMARY), so "create an issue" is all of the summary
+  "Create an issue" and two thirds of "Create an issue type"; the description's prose stays with
+  the other signals.
 
 Tried on the tuning part and left out: parameter names as resource words (0.25: recall@1 lower,
 and "list issues in a repository" fell to 6th on GitHub: query parameters such as "sort",
 "state" dilute the cover), tag descriptions' first sentence (0.1, 0.25: no gain, and each tool
-would store them), the summary's words as resource words or as a share of their own (lower or
-no gain).
+would store them), the summary's words as resource words, or the share of the request's words the summary holds
+(lower or no gain: it does not count what the summary adds).
 
 Weights (W_*) were picked on the tuning part (every 3rd request) of bench/apis/*.json only.
 
@@ -47,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from chalicelib.search.text import stem, words
+from chalicelib.search.text import content_words, stem, words
 
 READ, CREATE, UPDATE, DELETE = 1, 2, 3, 4  # 0: no known intent
 _VERBS = {
@@ -85,6 +89,7 @@ _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 # (its last word most), earlier segments and placeholders only say where.
 HEAD_WEIGHT, LAST_WEIGHT, CONTEXT_WEIGHT, PLACEHOLDER_WEIGHT, LABEL_WEIGHT, TAG_WEIGHT = 3.0, 1.0, 0.5, 0.5, 1.0, 1.0
 W_INTENT, W_COVER, W_MANY, W_CREATE_MANY, W_NO_VERB = 1.0, 3.0, 1.0, 1.0, 1.0
+W_SUMMARY = 2.0  # the request's and the summary's words: their overlap over their union
 CONTEXT_ASK = 0.5  # weight of a request's noun after its first preposition
 NO_VERB_COVER = 0.5  # the cover a verbless plural request needs to lean to a read of a collection
 TAGS_READ, TAG_CHARS = 4, 60  # what search reads of an origin's tags (the import keeps no more)
@@ -98,6 +103,7 @@ class Structure:
     intent: int
     resources: dict[str, float]  # stemmed resource word -> weight
     collection: bool  # the path ends in a fixed segment (no placeholder)
+    summary: frozenset[str] = frozenset()
 
 
 def of(definition: dict[str, Any], origin: dict[str, Any] | None) -> Structure | None:
@@ -166,7 +172,8 @@ def shaped(method: str, path: str, label: str = "", title: str = "", tags: Seque
     verb = verb or next((VERBS[w] for w in title_words[:1] if w in VERBS), 0)
     lists = bool({"list", "all"} & set(title_words)) or label_words[:1] == ["list"]
     collection = bool(segments) and (not segments[-1].startswith("{") or lists)
-    return Structure(verb or _METHODS.get(method.upper(), 0), resources, collection)
+    return Structure(verb or _METHODS.get(method.upper(), 0), resources, collection,
+                     frozenset(_SAME.get(stem(w), stem(w)) for w in content_words(title)))
 
 
 def _split(text: str) -> list[str]:
@@ -199,6 +206,8 @@ class Shapes:
     shaped: np.ndarray  # bool: the doc has structure
     totals: np.ndarray  # per doc, the sum of its resource weights
     postings: dict[str, tuple[np.ndarray, np.ndarray]]  # stemmed word -> (docs, weights)
+    summaries: dict[str, np.ndarray]  # stemmed summary word -> docs whose summary holds it
+    summary_sizes: np.ndarray  # per doc, how many distinct words its summary holds
 
     @classmethod
     def build(cls, structures: list[Structure | None]) -> Shapes:
@@ -210,6 +219,10 @@ class Shapes:
                 gathered[word].append((row, weight))
         postings = {word: (np.array([r for r, _ in rows], np.int64), np.array([w for _, w in rows]))
                     for word, rows in gathered.items()}
+        in_summaries: defaultdict[str, list[int]] = defaultdict(list)
+        for row, found in enumerate(structures):
+            for word in (found.summary if found else ()):
+                in_summaries[word].append(row)
         return cls(
             structures=tuple(structures),
             intents=np.array([s.intent if s else 0 for s in structures], np.int8).reshape(n),
@@ -217,6 +230,8 @@ class Shapes:
             shaped=np.array([s is not None for s in structures], bool).reshape(n),
             totals=np.array([sum(s.resources.values()) if s else 0.0 for s in structures], np.float64).reshape(n),
             postings=postings,
+            summaries={word: np.array(rows, np.int64) for word, rows in in_summaries.items()},
+            summary_sizes=np.array([len(s.summary) if s else 0 for s in structures], np.float64).reshape(n),
         )
 
     def updated(self, rows: list[int], new: list[Structure | None]) -> Shapes:
@@ -231,7 +246,8 @@ class Shapes:
     @property
     def nbytes(self) -> int:
         return (self.intents.nbytes + self.collections.nbytes + self.shaped.nbytes + self.totals.nbytes
-                + sum(d.nbytes + w.nbytes + 100 for d, w in self.postings.values()) + 200 * int(self.shaped.sum()))
+                + sum(d.nbytes + w.nbytes + 100 for d, w in self.postings.values()) + 200 * int(self.shaped.sum())
+                + sum(d.nbytes + 100 for d in self.summaries.values()) + self.summary_sizes.nbytes)
 
     def scores(self, query: str, content: list[str]) -> np.ndarray:
         """Per doc: intent + cover + many (see the module's docstring); 0 for docs without structure."""
@@ -250,6 +266,7 @@ class Shapes:
         if units:
             cover = cover * held / sum(count * weight for _, count, weight in units)
         score = W_INTENT * _MATCH[asked][self.intents] + W_COVER * cover
+        score = score + W_SUMMARY * self._summary_overlap(content)
         reads, creates = self.intents == READ, self.intents == CREATE
         if asked == READ and _asks_many(query, content):
             score = score + W_MANY * self.collections * reads
@@ -258,6 +275,17 @@ class Shapes:
         elif asked == 0 and _asks_many(query, content):
             score = score + W_NO_VERB * (reads & (self.collections > 0) & (cover >= NO_VERB_COVER))
         return np.where(self.shaped, score, 0.0)
+
+    def _summary_overlap(self, content: list[str]) -> np.ndarray:
+        """Per doc, the request's words its summary holds over the words either holds: "create an
+        issue" is all of "Create an issue" and two thirds of "Create an issue type"."""
+        asked = {_SAME.get(stem(w), stem(w)) for w in content}
+        shared = np.zeros(len(self.summary_sizes))
+        for word in asked:
+            if word in self.summaries:
+                shared[self.summaries[word]] += 1
+        union = len(asked) + self.summary_sizes - shared
+        return np.where(self.summary_sizes > 0, shared / np.maximum(union, 1), 0.0)
 
     def _nouns(self, content: list[str], context: set[str]) -> list[tuple[str, int, float]]:
         """The request's resource words (stemmed, abbreviations unified) with how many of its
