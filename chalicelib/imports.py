@@ -54,13 +54,15 @@ PUBLISHED, NEW_VERSION, UNCHANGED, RESTORED, SKIPPED, UNAVAILABLE, FAILED = (
 @dataclass(frozen=True)
 class Candidate:
     """One tool a source offers: `definition` is a ToolSpec payload, or None with the `reason`
-    it cannot be a tool. `label` is what people call it at the source (an operationId)."""
+    it cannot be a tool. `label` is what people call it at the source (an operationId); `tags`
+    how the source groups it (OpenAPI tags, bounded), kept in the origin for search."""
 
     key: str
     name: str
     definition: dict[str, Any] | None
     reason: str | None = None
     label: str | None = None
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,8 @@ def _plan(candidate: Candidate, head: ToolVersion | None, kind: str, connection:
     line = Line(candidate.key, candidate.name, SKIPPED, reason=candidate.reason, label=candidate.label)
     if candidate.definition is None:
         return _Planned(line)
-    origin = {"kind": kind, "key": candidate.key, **({"label": candidate.label} if candidate.label else {})}
+    origin = {"kind": kind, "key": candidate.key, **({"label": candidate.label} if candidate.label else {}),
+              **({"tags": list(candidate.tags)} if candidate.tags else {})}
     if head is not None and not _from(head, kind, candidate.key):
         return _Planned(replace(line, reason=f"the name {candidate.name} is taken by another tool of the vendor "
                                              f"({_describe(head)})"))
@@ -347,7 +350,8 @@ def import_openapi(account_id: str, payload: Any, published_by: str, now: dateti
     found = openapi.candidates(document, vendor=request.vendor, base_url=request.url, server=request.server,
                                include=request.include, exclude=request.exclude,
                                keep_names=known_names(heads, OPENAPI), budget=openapi.expansion_limit(size))
-    offered = [Candidate(item.key, item.name, item.definition, item.reason, item.operation_id) for item in found]
+    offered = [Candidate(item.key, item.name, item.definition, item.reason, item.operation_id, item.tags)
+               for item in found]
     return apply(account_id, request.vendor, OPENAPI, offered, heads, connection=request.connection,
                  published_by=published_by, now=now, dry_run=request.dry_run)
 

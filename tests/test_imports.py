@@ -144,7 +144,7 @@ def test_readonly_fields_are_not_asked_for_and_nullable_becomes_json_schema(admi
     create = admin.call("GET", "/v1/tools/petstore/create-pet").json_body["versions"][-1]
     assert set(create["input_schema"]["properties"]) == {"name", "tag"}
     assert create["input_schema"]["properties"]["tag"]["type"] == ["string", "null"]
-    assert create["origin"] == {"kind": "openapi", "key": "POST /pets", "label": "createPet"}
+    assert create["origin"] == {"kind": "openapi", "key": "POST /pets", "label": "createPet", "tags": ["pets"]}
 
 
 def test_a_reimport_publishes_only_what_changed_and_withdraws_what_left(admin: Admin, mcp: Mcp,

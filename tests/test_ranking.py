@@ -22,10 +22,12 @@ from chalicelib.search.index import SearchIndex
 from chalicelib.search.text import name_words
 
 
-def operation(name: str, description: str, method: str, path: str, label: str = "") -> Document:
-    """A tool imported from an OpenAPI operation, with its stored vector."""
+def operation(name: str, description: str, method: str, path: str, label: str = "",
+              tags: tuple[str, ...] = ()) -> Document:
+    """A tool imported from an OpenAPI operation, with its stored vector; its summary is the
+    description's first sentence."""
     return Document(f"acme/{name}", "acme", name, description, document_vector("acme", name, description),
-                    structure.shaped(method, path, label, description.split(".")[0]))
+                    structure.shaped(method, path, label, description.split(".")[0], tags))
 
 
 # Other operations of the same made-up API, so each signal's spread is an API's, not two docs'
@@ -80,8 +82,10 @@ def test_a_write_request_ranks_the_write_operation_first() -> None:
 
 
 def test_a_shorter_operation_covering_the_request_ranks_ahead_of_one_adding_words() -> None:
-    # GIVEN create-issue and create-issue-type, the longer one with the richer prose
-    docs = [operation("create-issue", "Opens one in a repository.", "POST", "/repos/{owner}/{repo}/issues",
+    # GIVEN create-issue and create-issue-type, the longer one with the closer prose (the shorter's
+    # summary says what it does, as real ones do, but its prose goes on about other things)
+    docs = [operation("create-issue", "Create an issue. Anyone with pull access to a repository can open one; it "
+                      "notifies watchers, and may be rate limited.", "POST", "/repos/{owner}/{repo}/issues",
                       "createIssue"),
             operation("create-issue-type", "Create an issue type for an organization.", "POST",
                       "/orgs/{org}/issue-types", "createIssueType")]
@@ -138,7 +142,10 @@ def test_glued_path_words_match_two_words_of_the_request() -> None:
 
 @pytest.mark.parametrize(("query", "kind"), [("list the orders", structure.READ), ("what orders are open", structure.READ),
                                              ("add an order", structure.CREATE), ("rename a folder", structure.UPDATE),
-                                             ("remove a user", structure.DELETE), ("orders of today", 0)])
+                                             ("remove a user", structure.DELETE), ("orders of today", 0),
+                                             ("comment on an issue", structure.CREATE),
+                                             ("tag a release", structure.CREATE), ("list the tags", structure.READ),
+                                             ("delete a comment", structure.DELETE)])
 def test_a_request_s_intent_is_its_first_action_verb(query: str, kind: int) -> None:
     assert structure.intent(query) == kind
 
@@ -236,3 +243,133 @@ def test_an_odd_authored_request_gives_no_structure_or_a_harmless_one(definition
     assert found is None or (found.intent in range(5) and all(isinstance(word, str) for word in found.resources))
     if definition["request"] == {"method": "BREW", "url": "::::////\u0000\ud800"}:
         assert found is not None and found.intent == 0
+
+
+# --- issue 25, goal 2: tags, verbs that are nouns, creates of a collection, context nouns, verbless
+# plurals, the summary. Each rule's test ranks the same docs with the rule off too (its weight at
+# zero, or the docs without their tags) and checks the order was the other one then.
+
+
+def test_a_tag_names_what_the_path_does_not() -> None:
+    # GIVEN two comment lists whose paths say "thread" and "review"; only the tags say "issue"
+    def docs(tagged: bool) -> list[Document]:
+        return [operation("list-thread-comments", "List comments.", "GET", "/threads/{id}/comments",
+                          "listThreadComments", ("Issues",) if tagged else ()),
+                operation("list-review-comments", "List comments on a review of an issue.", "GET",
+                          "/reviews/{id}/comments", "listReviewComments", ("Reviews",) if tagged else ())]
+    query = "list comments on an issue"
+    names = ("list-thread-comments", "list-review-comments")
+    # THEN with its tags the issue thread's comments come first, without them the review's did
+    assert first_of(ranked(docs(True), query), *names) == "list-thread-comments"
+    assert first_of(ranked(docs(False), query), *names) == "list-review-comments"
+
+
+def test_a_verb_that_is_its_own_noun_asks_for_a_create(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a create and a read of an issue's comments
+    docs = [operation("create-issue-comment", "Create a comment.", "POST", "/issues/{number}/comments",
+                      "createIssueComment"),
+            operation("get-issue-comment", "Get a comment on an issue.", "GET", "/issues/comments/{comment_id}",
+                      "getIssueComment")]
+    names = ("create-issue-comment", "get-issue-comment")
+    # WHEN a person says "comment on an issue", THEN the create comes first ...
+    assert first_of(ranked(docs, "comment on an issue"), *names) == "create-issue-comment"
+    # ... and without the rule ("comment" no verb) the read did
+    monkeypatch.setattr(structure, "NOUN_VERBS", frozenset())
+    assert first_of(ranked(docs, "comment on an issue"), *names) == "get-issue-comment"
+
+
+def test_a_create_ranks_the_create_of_a_collection_ahead_of_one_under_an_item(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN POST /snippets and POST /snippets/{workspace}, whose prose is the closer
+    docs = [operation("post-snippets", "Creates a snippet, with its files, for the user.", "POST", "/snippets"),
+            operation("post-snippets-workspace", "Create a snippet.", "POST", "/snippets/{workspace}")]
+    names = ("post-snippets", "post-snippets-workspace")
+    assert first_of(ranked(docs, "create a snippet"), *names) == "post-snippets"
+    monkeypatch.setattr(structure, "W_CREATE_MANY", 0.0)
+    assert first_of(ranked(docs, "create a snippet"), *names) == "post-snippets-workspace"
+
+
+def test_nouns_after_the_first_preposition_say_where_not_what(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the users, and a user's latest media
+    docs = [operation("get-users", "Gets users.", "GET", "/Users", "GetUsers"),
+            operation("get-latest-media", "Gets latest media.", "GET", "/Users/{userId}/Items/Latest",
+                      "GetLatestMedia")]
+    query, names = "list all users on the media server", ("get-users", "get-latest-media")
+    # THEN the users come first: "media server" says where
+    assert first_of(ranked(docs, query), *names) == "get-users"
+    monkeypatch.setattr(structure, "CONTEXT_ASK", 1.0)
+    assert first_of(ranked(docs, query), *names) == "get-latest-media"
+
+
+def test_a_verbless_plural_request_leans_to_a_read_of_a_collection_it_covers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a create whose prose says more about unleashed sales orders than the list's does
+    docs = [operation("list-sales-orders", "Pages of sales orders.", "GET", "/SalesOrders", "listSalesOrders"),
+            operation("create-sales-order", "Unleashed sales order: create one.", "POST", "/SalesOrders",
+                      "createSalesOrder")]
+    names = ("list-sales-orders", "create-sales-order")
+    # WHEN a request names sales orders in the plural with no verb, THEN the list comes first
+    assert first_of(ranked(docs, "unleashed sales orders"), *names) == "list-sales-orders"
+    monkeypatch.setattr(structure, "W_NO_VERB", 0.0)
+    assert first_of(ranked(docs, "unleashed sales orders"), *names) == "create-sales-order"
+
+
+def test_a_verbless_request_does_not_lean_where_no_operation_clearly_covers_it() -> None:
+    # the lean needs the request's nouns covered: here nothing covers "weather", so no doc moves
+    shapes = structure.Shapes.build([structure.shaped("GET", "/SalesOrders"), structure.shaped("POST", "/SalesOrders")])
+    assert list(shapes.scores("weather forecasts", ["weather", "forecasts"])) == [0.0, 0.0]
+
+
+def test_a_summary_that_is_the_request_ranks_ahead_of_one_adding_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN two creates whose paths say nothing; one's summary is "Create an issue", the other's
+    # "Create an issue for a project", and the longer one's prose is the closer
+    docs = [operation("new-issue", "Create an issue. Anyone with access to a project may.", "POST", "/v1/call"),
+            operation("new-issue-type", "Create an issue for a project.", "POST", "/v1/invoke")]
+    names = ("new-issue", "new-issue-type")
+    assert first_of(ranked(docs, "create an issue"), *names) == "new-issue"
+    monkeypatch.setattr(structure, "W_SUMMARY", 0.0)
+    assert first_of(ranked(docs, "create an issue"), *names) == "new-issue-type"
+
+
+# --- tags from a hostile document: bounded, strings only, one line each, never an error
+
+
+def _tagged(tags: Any) -> dict[str, Any]:
+    return {"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "servers": [{"url": "https://api.example.com"}],
+            "paths": {"/things": {"get": {"operationId": "listThings", "tags": tags,
+                                          "responses": {"200": {"description": "ok"}}}}}}
+
+
+@pytest.mark.parametrize(("tags", "kept"), [
+    (["Issue tracker", "Issue tracker", "  LiveTv "], ("Issue tracker", "LiveTv")),
+    (["x" * 100_000], ("x" * 60,)),  # huge: cut
+    ([f"tag{i}" for i in range(10_000)], ("tag0", "tag1", "tag2", "tag3")),  # many: the first four
+    ([7, None, "ok", {"a": 1}, ["b"], True], ("ok",)),  # non-strings: left out
+    ([7, None, {"a": 1}, ["b"], "late"], ()),  # ... and they count among the four read
+    (["Issue\x00 tracker\n\u2028x\x1b[31m", "\t\r\n", ""], ("Issue tracker x [31m",)),  # control characters
+    ("pets", ()), ({"name": "pets"}, ()), (None, ()), (12, ()),  # not a list
+])
+def test_an_import_keeps_a_few_short_one_line_tags(tags: Any, kept: tuple[str, ...]) -> None:
+    from chalicelib import openapi
+
+    (found,) = openapi.candidates(_tagged(tags), vendor="acme")
+    assert found.definition is not None and found.tags == kept
+
+
+def test_an_imported_tool_s_origin_holds_its_tags_and_search_reads_them(admin: Any) -> None:
+    # GIVEN a document whose operation has tags, one of them hostile
+    document = _tagged(["Issue tracker", "Evil\u0000\n" + "y" * 5000])
+    # WHEN it is imported
+    answer = admin.call("POST", "/v1/imports/openapi", {"vendor": "acme", "document": document})
+    assert answer.status_code == 200, answer.body
+    # THEN the tool's origin keeps them cleaned and cut, and its structure has their words
+    origin = admin.call("GET", "/v1/tools/acme/list-things").json_body["versions"][-1]["origin"]
+    assert origin["tags"] == ["Issue tracker", "Evil " + "y" * 55]
+    found = structure.of({}, origin)
+    assert found is not None and {"issu", "tracker"} <= set(found.resources)
+
+
+@pytest.mark.parametrize("tags", [["z" * 1_000_000] * 10_000, "Issue tracker", [None, 3, {"a": "b"}], {"x": 1}])
+def test_stored_tags_search_reads_are_bounded_whatever_the_origin_holds(tags: Any) -> None:
+    # an origin written some other way (or by an older import) is read with the same bounds
+    found = structure.of({}, {"kind": "openapi", "key": "GET /things", "tags": tags})
+    assert found is not None and len(found.resources) <= 2 + structure.TAGS_READ
+    assert all(len(word) <= structure.TAG_CHARS for word in found.resources)

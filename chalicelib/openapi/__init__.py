@@ -60,6 +60,7 @@ class Candidate:
     name: str  # the tool name; given also when skipped
     definition: dict[str, Any] | None  # a ToolSpec payload; None when skipped
     reason: str | None  # why skipped
+    tags: tuple[str, ...] = ()  # the operation's tags, bounded (operations.tags): a field search reads
 
 
 def candidates(document: dict[str, Any], *, vendor: str, base_url: str | None = None, server: str | None = None,
@@ -94,7 +95,8 @@ def candidates(document: dict[str, Any], *, vendor: str, base_url: str | None = 
                 left -= json_size(definition)
                 if left < 0:
                     raise InvalidInput(_over_budget(budget), field="document")
-        answer.append(Candidate(operation.key, operation.operation_id, name, definition, reason))
+        answer.append(Candidate(operation.key, operation.operation_id, name, definition, reason,
+                                operations.tags(operation)))
     return answer
 
 

@@ -17,6 +17,8 @@ METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 NAME = re.compile(NAME_PATTERN)
 VENDOR = re.compile(VENDOR_PATTERN)
 TAGS_READ = 4
+TAG_CHARS = 60  # a tag kept for search: "Linode Kubernetes Engine (LKE)" fits; a hostile one is cut
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,20 @@ def names(operations: list[Operation], keep_names: Mapping[str, str], vendor: st
             parts = toolnames.words(source) or toolnames.words(f"{operation.method} {operation.path}") or ["op"]
             chosen[operation.key] = given.give(parts, _qualifiers(operation), salt=source or operation.key)
     return [chosen[operation.key] for operation in operations]
+
+
+def tags(operation: Operation) -> tuple[str, ...]:
+    """The operation's first TAGS_READ tags as search reads them ("Issue tracker", "LiveTv"):
+    strings only, control characters and runs of spaces made one space, each cut to TAG_CHARS,
+    no empty or repeated one. A hostile document may list thousands, or huge ones: at most
+    TAGS_READ * TAG_CHARS characters reach the stored tool."""
+    found = operation.spec.get("tags")
+    kept: list[str] = []
+    for tag in found[:TAGS_READ] if isinstance(found, list) else ():
+        clean = " ".join(_CONTROL.sub(" ", tag).split())[:TAG_CHARS].strip() if isinstance(tag, str) else ""
+        if clean and clean not in kept:
+            kept.append(clean)
+    return tuple(kept)
 
 
 def fits(vendor: str, name: str) -> bool:

@@ -8,14 +8,32 @@ issues in a repository" says what it wants done (read, create, update, delete) a
   operation's own: the first word of its operationId or summary when that is a known verb (a
   POST that searches says "get"), else its method. A read asked for scores +1 on a read and -1
   on a write; a write asked for, the reverse, and a delete asked for is -1 on a create or update.
+  A verb that is also the noun of what it makes ("comment on an issue", "tag a release",
+  "record every episode") asks for a create when it opens the request, and stays a noun.
 * cover -- the weighted share of the operation's resource words (fixed path segments, the last
-  one's last word weighing most; placeholders and earlier segments little; operationId words)
-  that the request names, times the share of the request's nouns the operation holds (two words
-  an operation glues, "pull request" for /pullrequests, count as one): "create an issue" covers
-  create-issue whole and create-issue-type in part. A shorter operation that covers the request
-  ranks ahead of a longer one that adds words.
+  one's last word weighing most; placeholders and earlier segments little; operationId words;
+  its OpenAPI tags, "Issue tracker", "LiveTv") that the request names, times the weighted share
+  of the request's nouns the operation holds (two words an operation glues, "pull request" for
+  /pullrequests, count as one; nouns after the request's first preposition, "on the media
+  server", "of a domain", weigh CONTEXT_ASK: they say where, not what): "create an issue"
+  covers create-issue whole and create-issue-type in part. A shorter operation that covers the
+  request ranks ahead of a longer one that adds words.
 * many -- a read asked for in the plural or with "list"/"all" scores +1 on a collection (the
-  path ends in a fixed segment, or the summary says "list"/"all") and -1 on one item.
+  path ends in a fixed segment, or the summary says "list"/"all") and -1 on one item; a create
+  asked for scores +1 on a create of a collection (POST /snippets) and -1 on one of an item
+  (POST /snippets/{workspace}); a request with no verb ("unleashed sales orders") in the plural
+  leans to a read of a collection only where its cover is clear (NO_VERB_COVER), as a blanket
+  read lean on every verbless request hurt.
+* summary -- the summary is a field of its own, apart from the description: the request's words
+  it holds over the words either holds (W_SUMMARY), so "create an issue" is all of the summary
+  "Create an issue" and two thirds of "Create an issue type"; the description's prose stays with
+  the other signals.
+
+Tried on the tuning part and left out: parameter names as resource words (0.25: recall@1 lower,
+and "list issues in a repository" fell to 6th on GitHub: query parameters such as "sort",
+"state" dilute the cover), tag descriptions' first sentence (0.1, 0.25: no gain, and each tool
+would store them), the summary's words as resource words, or the share of the request's words the summary holds
+(lower or no gain: it does not count what the summary adds).
 
 Weights (W_*) were picked on the tuning part (every 3rd request) of bench/apis/*.json only.
 
@@ -27,12 +45,13 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from chalicelib.search.text import stem, words
+from chalicelib.search.text import content_words, stem, words
 
 READ, CREATE, UPDATE, DELETE = 1, 2, 3, 4  # 0: no known intent
 _VERBS = {
@@ -44,6 +63,10 @@ _VERBS = {
 }
 VERBS: dict[str, int] = {word: kind for kind, text in _VERBS.items() for word in text.split()}
 VERBS.update({stem(word): kind for word, kind in list(VERBS.items())})  # "delet" for "deletes", "deleting"
+# verbs that are also the noun of what they make ("comment on an issue", "tag a release"): a create when
+# they open the request, and they stay among its resource words
+NOUN_VERBS = frozenset({"comment", "record", "schedule", "tag", "note", "reply", "invite", "book", "bookmark",
+                        "message", "label", "pin", "subscribe", "follow", "vote", "review"})
 _METHODS = {"GET": READ, "HEAD": READ, "POST": CREATE, "PUT": UPDATE, "PATCH": UPDATE, "DELETE": DELETE}
 # intent asked (row) x operation's (column): read vs write opposite; a delete is no create or update
 _MATCH = np.array([
@@ -64,8 +87,12 @@ _VERSION = re.compile(r"v\d+(\.\d+)*|\d+")
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 # Weights of an operation's resource words: the last fixed path segment names what it acts on
 # (its last word most), earlier segments and placeholders only say where.
-HEAD_WEIGHT, LAST_WEIGHT, CONTEXT_WEIGHT, PLACEHOLDER_WEIGHT, LABEL_WEIGHT = 2.0, 1.0, 0.5, 0.5, 1.0
-W_INTENT, W_COVER, W_MANY = 1.0, 3.0, 1.0
+HEAD_WEIGHT, LAST_WEIGHT, CONTEXT_WEIGHT, PLACEHOLDER_WEIGHT, LABEL_WEIGHT, TAG_WEIGHT = 3.0, 1.0, 0.5, 0.5, 1.0, 1.0
+W_INTENT, W_COVER, W_MANY, W_CREATE_MANY, W_NO_VERB = 1.0, 3.0, 1.0, 1.0, 1.0
+W_SUMMARY = 2.0  # the request's and the summary's words: their overlap over their union
+CONTEXT_ASK = 0.5  # weight of a request's noun after its first preposition
+NO_VERB_COVER = 0.5  # the cover a verbless plural request needs to lean to a read of a collection
+TAGS_READ, TAG_CHARS = 4, 60  # what search reads of an origin's tags (the import keeps no more)
 
 
 @dataclass(frozen=True)
@@ -76,6 +103,7 @@ class Structure:
     intent: int
     resources: dict[str, float]  # stemmed resource word -> weight
     collection: bool  # the path ends in a fixed segment (no placeholder)
+    summary: frozenset[str] = frozenset()
 
 
 def of(definition: dict[str, Any], origin: dict[str, Any] | None) -> Structure | None:
@@ -93,7 +121,9 @@ def of(definition: dict[str, Any], origin: dict[str, Any] | None) -> Structure |
     label = origin.get("label")
     annotations = definition.get("annotations")
     title = annotations.get("title", "") if isinstance(annotations, dict) else ""
-    return shaped(method, path, label if isinstance(label, str) else "", title if isinstance(title, str) else "")
+    tags = origin.get("tags")
+    return shaped(method, path, label if isinstance(label, str) else "", title if isinstance(title, str) else "",
+                  [tag[:TAG_CHARS] for tag in tags[:TAGS_READ] if isinstance(tag, str)] if isinstance(tags, list) else [])
 
 
 def _authored(definition: dict[str, Any]) -> Structure | None:
@@ -110,8 +140,8 @@ def _authored(definition: dict[str, Any]) -> Structure | None:
 _ORIGIN = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/]*")  # scheme and host: the path is what names the resource
 
 
-def shaped(method: str, path: str, label: str = "", title: str = "") -> Structure:
-    """The structure of an operation from its method, path, operationId and summary."""
+def shaped(method: str, path: str, label: str = "", title: str = "", tags: Sequence[str] = ()) -> Structure:
+    """The structure of an operation from its method, path, operationId, summary and tags."""
     segments = [s for s in path.split("/") if s]
     fixed = [s for s in segments if not s.startswith("{")]
     resources: dict[str, float] = {}
@@ -133,12 +163,17 @@ def shaped(method: str, path: str, label: str = "", title: str = "") -> Structur
     for word in label_words:
         if word not in VERBS and word not in resources:
             add(word, LABEL_WEIGHT)
+    for tag in tags:  # what the document groups it under ("Issue tracker"): a resource word where the path has none
+        for word in _split(tag):
+            if word not in VERBS and word not in resources:
+                add(word, TAG_WEIGHT)
     title_words = [stem(w) for w in words(title)]
     verb = next((VERBS[w] for w in label_words[:1] if w in VERBS), 0)
     verb = verb or next((VERBS[w] for w in title_words[:1] if w in VERBS), 0)
     lists = bool({"list", "all"} & set(title_words)) or label_words[:1] == ["list"]
     collection = bool(segments) and (not segments[-1].startswith("{") or lists)
-    return Structure(verb or _METHODS.get(method.upper(), 0), resources, collection)
+    return Structure(verb or _METHODS.get(method.upper(), 0), resources, collection,
+                     frozenset(_SAME.get(stem(w), stem(w)) for w in content_words(title)))
 
 
 def _split(text: str) -> list[str]:
@@ -149,8 +184,11 @@ def _split(text: str) -> list[str]:
 
 
 def intent(query: str) -> int:
-    """The intent of a request's first action verb, or 0."""
-    for word in words(query):
+    """The intent of a request's first action verb (a create for a NOUN_VERBS word opening it), or 0."""
+    said = words(query)
+    if said and said[0] in NOUN_VERBS:
+        return CREATE
+    for word in said:
         kind = VERBS.get(word) or VERBS.get(stem(word))
         if kind:
             return kind
@@ -168,6 +206,8 @@ class Shapes:
     shaped: np.ndarray  # bool: the doc has structure
     totals: np.ndarray  # per doc, the sum of its resource weights
     postings: dict[str, tuple[np.ndarray, np.ndarray]]  # stemmed word -> (docs, weights)
+    summaries: dict[str, np.ndarray]  # stemmed summary word -> docs whose summary holds it
+    summary_sizes: np.ndarray  # per doc, how many distinct words its summary holds
 
     @classmethod
     def build(cls, structures: list[Structure | None]) -> Shapes:
@@ -179,6 +219,10 @@ class Shapes:
                 gathered[word].append((row, weight))
         postings = {word: (np.array([r for r, _ in rows], np.int64), np.array([w for _, w in rows]))
                     for word, rows in gathered.items()}
+        in_summaries: defaultdict[str, list[int]] = defaultdict(list)
+        for row, found in enumerate(structures):
+            for word in (found.summary if found else ()):
+                in_summaries[word].append(row)
         return cls(
             structures=tuple(structures),
             intents=np.array([s.intent if s else 0 for s in structures], np.int8).reshape(n),
@@ -186,6 +230,8 @@ class Shapes:
             shaped=np.array([s is not None for s in structures], bool).reshape(n),
             totals=np.array([sum(s.resources.values()) if s else 0.0 for s in structures], np.float64).reshape(n),
             postings=postings,
+            summaries={word: np.array(rows, np.int64) for word, rows in in_summaries.items()},
+            summary_sizes=np.array([len(s.summary) if s else 0 for s in structures], np.float64).reshape(n),
         )
 
     def updated(self, rows: list[int], new: list[Structure | None]) -> Shapes:
@@ -200,7 +246,8 @@ class Shapes:
     @property
     def nbytes(self) -> int:
         return (self.intents.nbytes + self.collections.nbytes + self.shaped.nbytes + self.totals.nbytes
-                + sum(d.nbytes + w.nbytes + 100 for d, w in self.postings.values()) + 200 * int(self.shaped.sum()))
+                + sum(d.nbytes + w.nbytes + 100 for d, w in self.postings.values()) + 200 * int(self.shaped.sum())
+                + sum(d.nbytes + 100 for d in self.summaries.values()) + self.summary_sizes.nbytes)
 
     def scores(self, query: str, content: list[str]) -> np.ndarray:
         """Per doc: intent + cover + many (see the module's docstring); 0 for docs without structure."""
@@ -208,38 +255,72 @@ class Shapes:
         if not self.shaped.any():
             return np.zeros(n)
         asked = intent(query)
-        units = self._nouns(content)
+        units = self._nouns(content, _context_words(query))
         covered, held = np.zeros(n), np.zeros(n)
-        for noun, count in units:
+        for noun, count, weight in units:
             if noun in self.postings:
                 docs, weights = self.postings[noun]
                 covered[docs] += weights
-                held[docs] += count
+                held[docs] += count * weight
         cover = np.where(self.totals > 0, covered / np.maximum(self.totals, 1e-9), 0.0)
         if units:
-            cover = cover * held / sum(count for _, count in units)
+            cover = cover * held / sum(count * weight for _, count, weight in units)
         score = W_INTENT * _MATCH[asked][self.intents] + W_COVER * cover
+        score = score + W_SUMMARY * self._summary_overlap(content)
+        reads, creates = self.intents == READ, self.intents == CREATE
         if asked == READ and _asks_many(query, content):
-            score = score + W_MANY * self.collections * (self.intents == READ)
+            score = score + W_MANY * self.collections * reads
+        elif asked == CREATE:
+            score = score + W_CREATE_MANY * self.collections * creates
+        elif asked == 0 and _asks_many(query, content):
+            score = score + W_NO_VERB * (reads & (self.collections > 0) & (cover >= NO_VERB_COVER))
         return np.where(self.shaped, score, 0.0)
 
-    def _nouns(self, content: list[str]) -> list[tuple[str, int]]:
+    def _summary_overlap(self, content: list[str]) -> np.ndarray:
+        """Per doc, the request's words its summary holds over the words either holds: "create an
+        issue" is all of "Create an issue" and two thirds of "Create an issue type"."""
+        asked = {_SAME.get(stem(w), stem(w)) for w in content}
+        shared = np.zeros(len(self.summary_sizes))
+        for word in asked:
+            if word in self.summaries:
+                shared[self.summaries[word]] += 1
+        union = len(asked) + self.summary_sizes - shared
+        return np.where(self.summary_sizes > 0, shared / np.maximum(union, 1), 0.0)
+
+    def _nouns(self, content: list[str], context: set[str]) -> list[tuple[str, int, float]]:
         """The request's resource words (stemmed, abbreviations unified) with how many of its
-        words each stands for: two words an operation glues ("pull request": pullrequests) are one."""
-        stems = [_SAME.get(stem(w), stem(w)) for w in content if w not in VERBS and stem(w) not in VERBS]
-        units: list[tuple[str, int]] = []
+        words each stands for (two words an operation glues, "pull request": pullrequests, are
+        one) and its weight (CONTEXT_ASK for a word in `context`, else 1)."""
+        kept = [w for w in content if w not in VERBS and stem(w) not in VERBS]
+        stems = [_SAME.get(stem(w), stem(w)) for w in kept]
+        asides = [CONTEXT_ASK if w in context else 1.0 for w in kept]
+        units: list[tuple[str, int, float]] = []
         skip = False
-        for first, second in zip(stems, [*stems[1:], ""]):
+        for first, second, aside in zip(stems, [*stems[1:], ""], asides):
             if skip:
                 skip = False
                 continue
             joined = stem(first + second) if second else ""
             if joined and joined in self.postings:
-                units.append((joined, 2))
+                units.append((joined, 2, aside))
                 skip = True
             else:
-                units.append((first, 1))
-        return list({noun: (noun, count) for noun, count in units}.values())
+                units.append((first, 1, aside))
+        return list({noun: (noun, count, weight) for noun, count, weight in units}.values())
+
+
+_PREPOSITIONS = frozenset({"on", "of", "in", "for", "from", "to", "with", "at", "by", "within", "into", "under",
+                           "inside", "across", "about", "per"})
+
+
+def _context_words(query: str) -> set[str]:
+    """The request's words after its first preposition ("users" is what "list all users on the media
+    server" asks for; "media" and "server" only say where)."""
+    said = words(query)
+    for position, word in enumerate(said):
+        if word in _PREPOSITIONS:
+            return set(said[position + 1:]) - set(said[:position])
+    return set()
 
 
 def _asks_many(query: str, content: list[str]) -> bool:
