@@ -102,6 +102,7 @@ class Settings:
     webhook_timeout_seconds: float
     webhook_retry_base_seconds: float
     listen_hold_seconds: float
+    approval_hold_seconds: float  # how long a call answered inside the client waits for a person's decision
     # WORKSET_CONSOLE_SECRET; unset on deployed stages, whose `console_secret` is a parameter
     given_console_secret: str = field(repr=False)
     acquire_per_day: int
@@ -185,6 +186,7 @@ def settings() -> Settings:
         # how long subscriptions/listen holds a request: at most the Lambda timeout (25 s) less 5 s,
         # or Lambda ends an idle listen and API Gateway answers 502 (tests/test_deploy.py)
         listen_hold_seconds=float(os.environ.get("WORKSET_LISTEN_HOLD_SECONDS", "20")),
+        approval_hold_seconds=float(os.environ.get("WORKSET_APPROVAL_HOLD_SECONDS", "20")),
         # signs console sessions; local stages have a fixed one, deployed stages read a parameter
         given_console_secret=os.environ.get("WORKSET_CONSOLE_SECRET", LOCAL_CONSOLE_SECRET if local else ""),
         # tools and versions one agent may publish with acquire per UTC day

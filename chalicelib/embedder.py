@@ -36,12 +36,11 @@ if TYPE_CHECKING:
 DIMENSIONS = 384
 MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json); longer texts are cut
 BATCH_SIZE = 32  # at most this many texts per forward pass...
-BATCH_TOKENS = 2048  # ...and at most this many tokens, padding included (8 texts of 256)
+BATCH_TOKENS = 2048  # ...and at most this many tokens (8 texts of 256)
 _PACKAGE = "all_minilm_l6_v2"
 _LAYERS = 6
 _HEADS = 12
 _LAYER_NORM_EPS = 1e-12  # config.json
-_MASKED = np.float32(-1e9)  # added to attention scores of padding: exp() of it is exactly 0
 _GELU_ROWS = 128  # tokens per slice of the feed-forward's GELU: 128 x 1536 floats (768 KiB) and its temporaries fit L2
 _CHUNK_BYTES = 1 << 20  # decompression step when reading the weights
 _FLOAT_DTYPES: dict[str, np.dtype[Any]] = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2")}
@@ -94,54 +93,46 @@ class _MiniLM:
             return out
         sequences = [e.ids for e in self.tokenizer.encode_batch(list(texts))]
         for rows in _batches(sequences):
-            ids, mask = _pad([sequences[i] for i in rows])
-            out[rows] = self._forward(ids, mask)
+            out[rows] = self._forward([sequences[i] for i in rows])
         return out
 
-    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """BERT encoder, then mean pooling over the real tokens and L2 normalisation."""
-        length = ids.shape[1]
-        hidden = self.word[ids] + self.position[:length] + self.token_type
-        hidden = _layer_norm(hidden, *self.embedding_norm)
-        # Padding gets a large negative score so softmax gives it exactly zero weight (texts sorted
-        # by length often fill a batch exactly: then there is nothing to mask).
-        bias = None if mask.all() else np.where(mask, np.float32(0), _MASKED)[:, None, None, :]
+    def _forward(self, sequences: list[list[int]]) -> np.ndarray:
+        """BERT encoder over the texts packed end to end (no padding: a request and its shorter
+        parts cost their real tokens only), then mean pooling over each text and L2 normalisation."""
+        ends = np.cumsum([len(s) for s in sequences])
+        spans = list(zip([0, *ends[:-1].tolist()], ends.tolist()))
+        ids = np.concatenate([np.asarray(s, np.int64) for s in sequences])
+        positions = np.concatenate([np.arange(len(s)) for s in sequences])
+        hidden = _layer_norm(self.word[ids] + self.position[positions] + self.token_type, *self.embedding_norm)
         for layer in self.layers:
-            hidden = _block(hidden, bias, layer)
-        weights = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
+            hidden = _block(hidden, spans, layer)
+        pooled = np.stack([hidden[start:end].mean(axis=0) for start, end in spans])
         return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
 
-def _block(hidden: np.ndarray, bias: np.ndarray | None, layer: _Layer) -> np.ndarray:
-    """One post-norm transformer block: self-attention, then the GELU feed-forward. `hidden` is
-    (batch, length, width); the dense layers multiply it as one (batch * length, width) matrix (a
-    3-d operand makes numpy loop over the batch: measured ~1.4x slower). `bias`: None when no text
-    of the batch is padded."""
-    batch, length, width = hidden.shape
-    flat = hidden.reshape(batch * length, width)
+def _block(flat: np.ndarray, spans: list[tuple[int, int]], layer: _Layer) -> np.ndarray:
+    """One post-norm transformer block over packed texts: self-attention within each text's span of
+    rows, then the GELU feed-forward. The dense layers multiply all texts' tokens as one
+    (tokens, width) matrix (a 3-d operand makes numpy loop over the batch: measured ~1.4x slower)."""
+    tokens, width = flat.shape
     head = width // _HEADS
     qkv = flat @ layer.qkv + layer.qkv_bias  # queries already scaled by 1/sqrt(head): see _layer
-    # -> three arrays of (batch, heads, length, head)
-    q, k, v = qkv.reshape(batch, length, 3, _HEADS, head).transpose(2, 0, 3, 1, 4)
-    context = np.empty((batch, length, _HEADS, head), np.float32)
-    for item in range(batch):  # one text at a time: its (heads, length, length) scores stay in cache
-        weights = _attention(q[item], k[item], None if bias is None else bias[item])
-        context[item] = (weights @ v[item]).transpose(1, 0, 2)
-    flat = _layer_norm(flat + context.reshape(batch * length, width) @ layer.attention_out
+    q, k, v = qkv.reshape(tokens, 3, _HEADS, head).transpose(1, 2, 0, 3)  # each (heads, tokens, head)
+    context = np.empty((tokens, _HEADS, head), np.float32)
+    for start, end in spans:  # one text at a time: its (heads, length, length) scores stay in cache
+        weights = _attention(q[:, start:end], k[:, start:end])
+        context[start:end] = (weights @ v[:, start:end]).transpose(1, 0, 2)
+    flat = _layer_norm(flat + context.reshape(tokens, width) @ layer.attention_out
                        + layer.attention_out_bias, *layer.attention_norm)
     inner = flat @ layer.intermediate + layer.intermediate_bias
     for start in range(0, len(inner), _GELU_ROWS):  # in slices that stay in cache: erf passes over it ~15 times
         _gelu(inner[start:start + _GELU_ROWS])
-    flat = _layer_norm(flat + inner @ layer.output + layer.output_bias, *layer.output_norm)
-    return flat.reshape(batch, length, width)
+    return _layer_norm(flat + inner @ layer.output + layer.output_bias, *layer.output_norm)
 
 
-def _attention(q: np.ndarray, k: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+def _attention(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Softmax attention weights of one text, (heads, length, length), computed in place."""
     scores = q @ k.transpose(0, 2, 1)
-    if bias is not None:
-        scores += bias
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
@@ -193,28 +184,19 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 def _batches(sequences: list[list[int]]) -> list[list[int]]:
-    """Indexes of the sequences grouped for forward passes: similar lengths together (little
-    padding), at most BATCH_SIZE texts and BATCH_TOKENS padded tokens each (bounded memory:
-    the attention scores alone are 12 x length^2 floats per text)."""
+    """Indexes of the sequences grouped for forward passes: at most BATCH_SIZE texts and
+    BATCH_TOKENS tokens each (bounded memory), in the order given (packed, so no padding to
+    save by sorting)."""
     batches: list[list[int]] = []
-    for i in sorted(range(len(sequences)), key=lambda i: len(sequences[i])):
-        # sorted by length, so this sequence is the longest of the batch it joins
-        if batches and len(batches[-1]) < BATCH_SIZE and (len(batches[-1]) + 1) * len(sequences[i]) <= BATCH_TOKENS:
+    tokens = 0
+    for i, sequence in enumerate(sequences):
+        if batches and len(batches[-1]) < BATCH_SIZE and tokens + len(sequence) <= BATCH_TOKENS:
             batches[-1].append(i)
+            tokens += len(sequence)
         else:
             batches.append([i])
+            tokens = len(sequence)
     return batches
-
-
-def _pad(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids padded with 0 ([PAD]) to the longest sequence, and the real-token mask."""
-    length = max(len(s) for s in sequences)
-    ids = np.zeros((len(sequences), length), np.int64)
-    mask = np.zeros((len(sequences), length), bool)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = seq
-        mask[row, : len(seq)] = True
-    return ids, mask
 
 
 def _inflate(archive: zipfile.ZipFile, member: str) -> bytearray:

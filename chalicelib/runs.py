@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from chalicelib import accounts, credentials, log, run_ends, toolbox, vendor
+from chalicelib import accounts, credentials, log, policies, run_ends, toolbox, vendor
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.connection_auth import Credential
@@ -88,9 +88,13 @@ def _call_checked(state: AgentState, tool: Tool, arguments: dict[str, Any], *, d
     promotion = state.promotion(vendor_name, name)
     use_due_at = idle_deadline(state, now) if promotion is not None else None
     pinned = promotion is not None and promotion.pinned
-    if tool.writes and not dry_run and standing != ALLOW:
+    # every_call: a person's earlier approval is never reused (each call is its own run)
+    every_call = tool.writes and not dry_run and policies.of(state.agent.account_id, tool) == policies.EVERY_CALL
+    if tool.writes and not dry_run and (standing != ALLOW or every_call):
         lease = now + timedelta(seconds=settings().approval_ttl_seconds)
         run = _new_run(state, tool, arguments, RunStatus.AWAITING, lease, now, dry_run=False)
+        if every_call:
+            run = replace(run, approval_policy=policies.EVERY_CALL)
         _start(run, use_due_at, pinned=pinned)
         log.note(run_id=run.run_id)
         log.event("run.awaiting_approval", metrics=[log.Metric("RunsAwaitingApproval", 1)], run_id=run.run_id,
@@ -102,13 +106,15 @@ def _call_checked(state: AgentState, tool: Tool, arguments: dict[str, Any], *, d
 
 
 def approve(account_id: str, run_id: str, approver: str, now: datetime) -> Run:
-    """Approve a waiting run: remember the approval for its agent, tool and request shape, then
-    execute it exactly once (a second approval, concurrent or late, is a conflict)."""
+    """Approve a waiting run: remember the approval for its agent, tool and request shape (unless
+    it was asked under `every_call`: then it lets this one call through), then execute it exactly
+    once (a second approval, concurrent or late, is a conflict)."""
     run = _account_run(account_id, run_id, now)
     _must_wait(run)
     tool = toolbox.resolve_version(account_id, run.vendor, run.name, run.version)
     shape = toolbox.request_shape(tool)
-    if not run_store.approve(run, approver, now + _running_lease(), now, shape=shape):
+    remember = run.approval_policy != policies.EVERY_CALL
+    if not run_store.approve(run, approver, now + _running_lease(), now, shape=shape, remember=remember):
         raise Conflict(f"run {run_id} was decided already")
     _execute(replace(run, lease_expires_at=now + _running_lease()), tool, waited=True)
     return _account_run(account_id, run_id, utcnow())
@@ -194,6 +200,12 @@ def list_pending(account_id: str, *, limit: int, cursor: str | None, now: dateti
     """Runs waiting for a person, oldest first (those whose wait ran out are left out)."""
     page = run_store.list_pending(account_id, limit=limit, cursor=cursor)
     return Page(items=[run for run in page.items if run.lease_expires_at > now], next=page.next)
+
+
+def asked_every_call(listed: list[Run]) -> dict[str, bool]:
+    """Run id -> True for the waits asked under `every_call` (their approval is for that call only)."""
+    found = run_store.approval_policies([run.run_id for run in listed])
+    return {run_id: policy == policies.EVERY_CALL for run_id, policy in found.items()}
 
 
 def waiting(run: Run) -> Outcome:

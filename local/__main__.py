@@ -209,15 +209,21 @@ def _admin_token(data_dir: Path) -> str:
 
 
 def _seed_demo(account_id: str, vendor_url: str) -> None:
-    from chalicelib import definitions, toolbox
+    from chalicelib import definitions, imports, toolbox
     from chalicelib.clock import utcnow
-    from local.demo import demo_tools
+    from chalicelib.config import settings
+    from chalicelib.store import queues
+    from local.demo import DEMO_API_VENDOR, demo_import, demo_tools
 
     if toolbox.page(account_id, limit=1, cursor=None).items:
         return  # the toolbox has tools already: never overwrite a person's work
     for definition in demo_tools(vendor_url):
         toolbox.publish(account_id, definitions.parse_spec(definition), published_by="demo", now=utcnow())
-    print(f"  Seeded a demo toolbox ({len(demo_tools(vendor_url))} tools calling {vendor_url})", flush=True)
+    queues.ensure(settings().sweep_queue)  # the import hands its search vectors to the work queue
+    report = imports.import_openapi(account_id, demo_import(vendor_url), published_by="demo", now=utcnow())
+    imported = sum(1 for line in report.lines if line.outcome == imports.PUBLISHED)
+    print(f"  Seeded a demo toolbox ({len(demo_tools(vendor_url))} tools written by hand and {imported} "
+          f"operations of {DEMO_API_VENDOR}'s public API, all calling {vendor_url})", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,23 @@
-"""A demo toolbox for newcomers: a small fake vendor API on 127.0.0.1 and tools that call it."""
+"""A demo toolbox for newcomers: a small fake vendor API on 127.0.0.1, five tools written by hand
+that call it (the README's walk-through uses them), and a real public API description imported
+whole (Square's, 200 operations: `local/data/README.md` says where it comes from and its
+licence), pointed at the same fake vendor. A first `find_tool` searches a toolbox worth
+searching, and the agent page's token card shows what a small working set spares."""
 
 from __future__ import annotations
 
 import errno
+import gzip
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+DEMO_API = Path(__file__).parent / "data" / "squareup.com.json.gz"
+DEMO_API_VENDOR = "square"
+DEMO_API_PREFIX = "/square"  # the imported operations call the demo vendor under this path
 
 ORDERS = [
     {"id": "SO-1001", "customer": "acme", "total": 1250.0, "status": "open"},
@@ -59,11 +69,35 @@ def demo_tools(base_url: str) -> list[dict[str, Any]]:
     ]
 
 
+def demo_api() -> dict[str, Any]:
+    """The public API description the demo imports (parsed; a fresh copy each call)."""
+    with gzip.open(DEMO_API, "rt", encoding="utf-8") as document:
+        loaded: dict[str, Any] = json.load(document)
+    return loaded
+
+
+def demo_import(base_url: str) -> dict[str, Any]:
+    """The import request (as `POST /v1/imports/openapi` takes it) that brings the demo API's
+    operations in, calling the demo vendor at `base_url`. The document's security requirements
+    are left out: the demo vendor asks for no credential (and Square's OAuth 2 scheme is one an
+    import skips, since connections do not carry it)."""
+    document = demo_api()
+    document["security"] = []
+    for item in document.get("paths", {}).values():
+        for operation in item.values():
+            if isinstance(operation, dict):
+                operation.pop("security", None)
+    return {"vendor": DEMO_API_VENDOR, "document": document, "server": f"{base_url}{DEMO_API_PREFIX}"}
+
+
 class DemoVendor(BaseHTTPRequestHandler):
-    """Answers the demo tools' requests from fixed data."""
+    """Answers the demo tools' requests from fixed data, and every imported operation with a
+    placeholder that says what was asked."""
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
+        if parts.path.startswith(f"{DEMO_API_PREFIX}/"):
+            return self._imported()
         query = {key: values[0] for key, values in parse_qs(parts.query).items()}
         if parts.path == "/unleashed/sales-orders":
             found = [o for o in ORDERS if query.get("customer") in (None, o["customer"])]
@@ -78,11 +112,34 @@ class DemoVendor(BaseHTTPRequestHandler):
         return self._send(404, {"error": "not found"})
 
     def do_POST(self) -> None:
+        if urlsplit(self.path).path.startswith(f"{DEMO_API_PREFIX}/"):
+            return self._imported()
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
         if urlsplit(self.path).path == "/unleashed/sales-orders":
             return self._send(201, {"id": f"SO-{1000 + len(ORDERS) + 1}", **body, "status": "open"})
         return self._send(404, {"error": "not found"})
+
+    def do_PUT(self) -> None:
+        self._imported()
+
+    def do_PATCH(self) -> None:
+        self._imported()
+
+    def do_DELETE(self) -> None:
+        self._imported()
+
+    def _imported(self) -> None:
+        """An imported operation's call: a 200 naming the request (the demo has no Square data)."""
+        parts = urlsplit(self.path)
+        if not parts.path.startswith(f"{DEMO_API_PREFIX}/"):
+            return self._send(404, {"error": "not found"})
+        length = min(int(self.headers.get("Content-Length") or 0), 1 << 20)
+        received = self.rfile.read(length) if length else b""
+        return self._send(200, {"demo": True, "method": self.command, "path": parts.path.removeprefix(DEMO_API_PREFIX),
+                                "query": {key: values[0] for key, values in parse_qs(parts.query).items()},
+                                "body_bytes": len(received),
+                                "note": "the demo vendor answers every imported operation with this placeholder"})
 
     def _send(self, status: int, payload: Any) -> None:
         data = json.dumps(payload).encode()

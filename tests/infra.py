@@ -93,9 +93,60 @@ def key_alias(stage: str) -> str:
     return deployed_settings(stage).kms_key_id
 
 
+# The pseudo parameters of a stack as the tests deploy it (stack workset-<stage>).
+def pseudo_parameters(stage: str) -> dict[str, str]:
+    return {"AWS::Partition": "aws", "AWS::Region": ARN_REGION, "AWS::AccountId": ARN_ACCOUNT,
+            "AWS::StackName": f"workset-{stage}", "AWS::URLSuffix": "amazonaws.com"}
+
+
+NO_VALUE = object()
+
+
+def evaluate(value: Any, parameters: dict[str, Any], conditions: dict[str, bool] | None = None) -> Any:
+    """A template value with its intrinsic functions worked out as CloudFormation would: `Ref` to a
+    parameter or pseudo parameter, `Fn::Sub` (either form), `Fn::If` over `conditions` (absent:
+    false), `AWS::NoValue` dropped. Anything else (`Fn::GetAtt`, a `Ref` to a resource) stays."""
+    conditions = conditions or {}
+    if isinstance(value, list):
+        items = [evaluate(item, parameters, conditions) for item in value]
+        return [item for item in items if item is not NO_VALUE]
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"Ref"} and value["Ref"] == "AWS::NoValue":
+        return NO_VALUE
+    if set(value) == {"Ref"} and value["Ref"] in parameters:
+        return parameters[value["Ref"]]
+    if set(value) == {"Fn::If"}:
+        condition, when_true, when_false = value["Fn::If"]
+        return evaluate(when_true if conditions.get(condition, False) else when_false, parameters, conditions)
+    if set(value) == {"Fn::Sub"}:
+        text, names = (value["Fn::Sub"], {}) if isinstance(value["Fn::Sub"], str) else value["Fn::Sub"]
+        known = parameters | {name: evaluate(v, parameters, conditions) for name, v in names.items()}
+        return re.sub(r"\$\{([^}!]+)\}", lambda match: str(known[match.group(1)]), text)
+    items = {key: evaluate(item, parameters, conditions) for key, item in value.items()}
+    return {key: item for key, item in items.items() if item is not NO_VALUE}
+
+
+def role_policy(stage: str, function: str, doc: dict[str, Any] | None = None,
+                conditions: dict[str, bool] | None = None) -> dict[str, Any]:
+    """The identity policy of one function's role (`<function>Role` in infra/resources.json, or in
+    `doc`), its ARNs resolved for the stage's stack in ARN_REGION of ARN_ACCOUNT."""
+    resources = (doc or template())["Resources"]
+    (document,) = [p["PolicyDocument"] for p in resources[f"{function}Role"]["Properties"]["Policies"]]
+    resolved = evaluate(document, {"Stage": stage, **pseudo_parameters(stage)}, conditions)
+    assert isinstance(resolved, dict)
+    return resolved
+
+
 def policy(stage: str) -> dict[str, Any]:
-    config = stage_config(stage)
-    return json.loads((CHALICE_DIR / config.iam_policy_file).read_text())
+    """Every grant of the stack's roles together (each statement's Sid prefixed with its function):
+    what the deployed code can do at all. One function's grants: `role_policy`."""
+    statements = [
+        {**statement, "Sid": f"{function}.{statement['Sid']}"}
+        for function in CHALICE_FUNCTIONS
+        for statement in role_policy(stage, function)["Statement"]
+    ]
+    return {"Version": "2012-10-17", "Statement": statements}
 
 
 def template() -> dict[str, Any]:

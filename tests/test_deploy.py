@@ -175,7 +175,8 @@ def test_the_role_reads_exactly_the_stage_parameters_and_decrypts_only_the_secre
     assert names == {"public-url": f"/workset/{stage}/public-url", "console-secret": f"/workset/{stage}/console-secret"}
     for name in names.values():
         assert allows(document, "ssm:GetParameter", parameter_arn(name))
-        assert allows(document, "ssm:GetParameter", parameter_arn(name, region="eu-west-1"))
+        # the stack's own region and account only (the ARNs are built from AWS::Region and AWS::AccountId)
+        assert not allows(document, "ssm:GetParameter", parameter_arn(name, region="eu-west-1"))
     others = [f"/workset/{stage}/other", f"/workset/{stage}", "/workset/console-secret",
               *(f"/workset/{other}/console-secret" for other in set(stages()) - {stage})]
     for name in others:
@@ -188,18 +189,18 @@ def test_the_role_reads_exactly_the_stage_parameters_and_decrypts_only_the_secre
     assert ssm_actions == {"ssm:GetParameter"}
 
     # SSM decrypts a SecureString with the caller's rights, naming the parameter in the context
-    def through_ssm(name: str, region: str = "eu-west-1") -> dict[str, Any]:
+    def through_ssm(name: str, region: str = ARN_REGION) -> dict[str, Any]:
         return {"kms:ViaService": f"ssm.{region}.amazonaws.com",
                 "kms:EncryptionContext:PSARN": parameter_arn(name, region=region)}
 
     secret = names["console-secret"]
     assert allows(document, "kms:Decrypt", KEY_ARN, through_ssm(secret))
-    assert allows(document, "kms:Decrypt", KEY_ARN, through_ssm(secret, "us-east-1"))
+    assert not allows(document, "kms:Decrypt", KEY_ARN, through_ssm(secret, "eu-west-1"))
     assert not allows(document, "kms:Decrypt", KEY_ARN, through_ssm(names["public-url"]))
     assert not allows(document, "kms:Decrypt", KEY_ARN, through_ssm(f"/workset/{stage}/other"))
     assert not allows(document, "kms:Decrypt", KEY_ARN, {"kms:EncryptionContext:PSARN": parameter_arn(secret)})
     assert not allows(document, "kms:Decrypt", KEY_ARN, through_ssm(secret) | {
-        "kms:ViaService": "sqs.eu-west-1.amazonaws.com"})
+        "kms:ViaService": f"sqs.{ARN_REGION}.amazonaws.com"})
     for action in ("kms:Encrypt", "kms:GenerateDataKey", "kms:ReEncryptFrom"):
         assert not allows(document, action, KEY_ARN, through_ssm(secret)), action
 

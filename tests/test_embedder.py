@@ -55,13 +55,13 @@ def test_near_duplicates_are_close_and_unrelated_texts_are_not() -> None:
     assert cosine(original, unrelated) < 0.3
 
 
-def test_padding_in_a_batch_does_not_change_a_vector() -> None:
-    # GIVEN texts of very different lengths, so the short ones are padded in a batch
+def test_packing_texts_into_one_pass_does_not_change_a_vector() -> None:
+    # GIVEN texts of very different lengths, packed end to end in one forward pass
     texts = ["refund", "A much longer sentence about sales orders and invoices, with many words in it.", "hi"]
     # WHEN they are embedded together and one by one
     together = embedder.embed(texts)
     alone = np.stack([embedder.embed([text])[0] for text in texts])
-    # THEN the padding mask keeps every vector the same, and the batch keeps the input order
+    # THEN attention stays within each text, so every vector is the same, in the input order
     assert np.abs(together - alone).max() < 1e-5
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.infra import API_GATEWAY_LIMIT_SECONDS, CHALICE_DIR, deployed_settings, stage_config, stages
+from tests.infra import API_GATEWAY_LIMIT_SECONDS, deployed_settings, stage_config, stages
 
 
 @pytest.mark.parametrize("stage", stages())
@@ -17,9 +17,10 @@ def test_stage_configuration(stage: str) -> None:
     # the stack writes the public URL to /workset/<stage>/public-url (tests/test_deploy.py), which
     # the function reads where WORKSET_PUBLIC_URL is unset; the console secret likewise
     assert "WORKSET_PUBLIC_URL" not in environment and "WORKSET_CONSOLE_SECRET" not in environment
-    assert config.autogen_policy is False
-    assert config.iam_policy_file == f"policy-{stage}.json"
-    assert (CHALICE_DIR / config.iam_policy_file).is_file()
+    # Chalice makes no role: infra/resources.json gives each function its own (<function>Role),
+    # and its overlays point the functions at them (tests/test_infra_roles.py)
+    assert config.manage_iam_role is False
+    assert config.iam_role_arn.endswith(":role/set-by-infra-resources-json")
 
     # The settings the function will see: the stage's environment and the app's own defaults.
     deployed = deployed_settings(stage)

@@ -31,10 +31,10 @@ from tests.infra import (
     overlays,
     own_resources,
     packaged_fixture,  # noqa: F401 - fixture `packaged`
-    policy,
     queue_arn,
     queue_problems,
     resolve,
+    role_policy,
     skip_if_offline,
     stage_config,
     template,
@@ -184,15 +184,18 @@ def test_packaged_template_is_consistent(packaged: dict[str, Any]) -> None:
     for logical_id, function in functions.items():
         assert function["Timeout"] == stage_config("dev").lambda_timeout, logical_id
         assert function["Environment"]["Variables"] == stage_config("dev").environment_variables, logical_id
-        # Chalice gives every function a role with the stage policy (so SAM adds none of its own,
-        # for an SQS event source either): the policy is all the function and its events get.
-        role = resources[function["Role"]["Fn::GetAtt"][0]]["Properties"]
-        assert [p["PolicyDocument"] for p in role["Policies"]] == [policy("dev")], logical_id
+        # Every function has its own role from the fragment (so SAM adds none of its own, for an
+        # SQS event source either): its policy is all the function and its events get.
+        assert function["Role"] == {"Fn::GetAtt": [f"{logical_id}Role", "Arn"]}, logical_id
+        role = resources[f"{logical_id}Role"]["Properties"]
+        assert role == template()["Resources"][f"{logical_id}Role"]["Properties"], logical_id
         assert "ManagedPolicyArns" not in role and "Policies" not in function, logical_id
         # CloudFormation names the function <stack>-<logical id>-<random>; the stack is workset-dev
         assert "FunctionName" not in function, logical_id
         log_stream = f"{groups}/workset-dev-{logical_id}-1A2B3C4D5E6F:log-stream:x"
-        assert allows(policy("dev"), "logs:PutLogEvents", log_stream), logical_id
+        assert allows(role_policy("dev", logical_id, packaged_template), "logs:PutLogEvents", log_stream), logical_id
+    assert not [i for i, r in resources.items() if r["Type"] == "AWS::IAM::Role" and i not in
+                {f"{function}Role" for function in functions}], "a role no function uses (Chalice's DefaultRole?)"
     assert declared_tables(packaged_template, "dev") == declared_tables(template(), "dev")
     for logical_id, resource in own_resources(template()).items():  # tables, key, alias, queues
         assert resources[logical_id] == resource, logical_id

@@ -39,9 +39,9 @@ class FakeIndex:
         self.answers = answers
         self.asked: list[str] = []
 
-    def search(self, query: str, limit: int = 10, memory: object = None) -> list[tuple[str, float]]:
-        self.asked.append(query)
-        return self.answers.get(query, [])[:limit]
+    def search_many(self, texts: list[str], limit: int = 10, memory: object = None) -> list[list[tuple[str, float]]]:
+        self.asked.extend(texts)
+        return [self.answers.get(text, [])[:limit] for text in texts]
 
 
 @pytest.mark.parametrize("request_text", [
@@ -92,9 +92,9 @@ def test_a_hostile_request_stays_bounded(request_text: str) -> None:
 def test_a_hostile_request_costs_at_most_max_parts_extra_searches() -> None:
     # GIVEN an index that finds the same tool for anything
     class Anything(FakeIndex):
-        def search(self, query: str, limit: int = 10, memory: object = None) -> list[tuple[str, float]]:
-            self.asked.append(query)
-            return [("a/b", 1.0)]
+        def search_many(self, texts: list[str], limit: int = 10, memory: object = None) -> list[list[tuple[str, float]]]:
+            self.asked.extend(texts)
+            return [[("a/b", 1.0)] for _ in texts]
 
     index = Anything({})
     # WHEN a request of a thousand intents is searched
@@ -137,9 +137,8 @@ def test_no_hit_for_the_whole_request_is_no_hit_at_all() -> None:
     # GIVEN an index with no hit for the whole request, but one for a part
     fake = FakeIndex({"zzqx frobnicate": [], "xyzzy and zzqx frobnicate": []})
     fake.answers["xyzzy"] = [("a/b", 1.0)]
-    # WHEN it is searched  THEN nothing is answered, and no part was searched
+    # WHEN it is searched  THEN nothing is answered, not even the part's hit
     assert queries.search(fake, "xyzzy and zzqx frobnicate", 5) == []
-    assert fake.asked == ["xyzzy and zzqx frobnicate"]
 
 
 def test_find_tool_answers_both_tools_of_a_two_tool_request(admin, mcp) -> None:
@@ -152,3 +151,16 @@ def test_find_tool_answers_both_tools_of_a_two_tool_request(admin, mcp) -> None:
     names = [hit["name"] for hit in hits]
     assert "translate-text" in names
     assert any(name.endswith("forecast") for name in names)
+
+
+def test_a_request_and_its_parts_rank_in_one_pass_as_each_alone(index: SearchIndex) -> None:
+    # GIVEN a request, its parts, a gibberish text and an empty one
+    texts = [TWO_TOOLS, *queries.intents(TWO_TOOLS), "zzqx frobnicate", ""]
+    # WHEN they are searched together (one MiniLM forward pass, one product with the vectors)
+    together = index.search_many(texts, 5)
+    # THEN each answer is the one it gets alone, in the order asked
+    alone = [index.search(text, 5) for text in texts]
+    assert [keys(answer) for answer in together] == [keys(answer) for answer in alone]
+    assert together[0] and together[1] and together[-2:] == [[], []]
+    for answer, single in zip(together, alone):
+        assert [score for _, score in answer] == pytest.approx([score for _, score in single], abs=1e-4)

@@ -1,6 +1,7 @@
 """Fresh at once (issue 25, goal 6): an import's request computes at most INLINE_VECTORS search
 vectors and queues the rest for the work queue, whose job stores them; search ranks a tool whose
-vector is still pending with the static signal standing in; the local stack consumes the work
+vector is still pending with the static signal standing in, and the first few such hits by
+their own vector computed by the search; the local stack consumes the work
 queue with a thread per core (and one more), a message at a time as Lambda does; the model is
 loaded once however many threads want it first."""
 
@@ -24,7 +25,7 @@ from chalicelib.imports import VECTOR_BATCH
 from chalicelib.indexes import INLINE_VECTORS
 from chalicelib.search import documents
 from chalicelib.search.documents import PENDING, VECTOR_VERSION, Document, document_vector
-from chalicelib.search.index import SearchIndex
+from chalicelib.search.index import RERANK_PENDING, SearchIndex
 from chalicelib.store import tools as tool_store
 from local import workers
 from tests.books import take_bodies, work
@@ -154,6 +155,55 @@ def test_a_pending_tool_is_listed_without_a_shared_word() -> None:
     # THEN that one is listed, by the static signal standing in for its vector (only tools sharing
     # "city" were, before)
     assert hits and hits[0] == "demo/convert-currency"
+
+
+EVERY_TOOL = {"get-weather-forecast", "list-city-events", "get-city-map", "book-city-hotel", "get-city-traffic",
+              "convert-currency"}
+
+
+def test_a_pending_tool_ranks_first_where_the_static_stand_in_puts_others_first() -> None:
+    # GIVEN every tool waiting for its vector
+    index = _index(pending=EVERY_TOOL)
+    # WHEN a request shares "city" with five tools but means the sixth
+    hits = [key for key, _ in index.search("exchange dollars in the city", limit=3)]
+    # THEN the one it means is first, as once the vectors exist (the static signal alone put the
+    # city map, hotel and traffic tools ahead of it: the first hits now get their own vectors)
+    assert hits[0] == "demo/convert-currency"
+
+
+def test_a_request_sharing_no_word_finds_a_pending_tool() -> None:
+    # GIVEN every tool waiting for its vector
+    index = _index(pending=EVERY_TOOL)
+    # WHEN a request shares no word with any tool
+    hits = [key for key, _ in index.search("will it rain tomorrow", limit=3)]
+    # THEN the tool it means is found (with no vector known there was no MiniLM cosine to pass the
+    # "no hit" gate, and the answer was empty)
+    assert hits and hits[0] == "demo/get-weather-forecast"
+
+
+def test_a_request_meaning_no_tool_finds_nothing_while_vectors_are_pending(embedded: list[str]) -> None:
+    # GIVEN every tool waiting for its vector
+    index = _index(pending=EVERY_TOOL)
+    embedded.clear()
+    # WHEN a request of made-up words, or of real words that mean none of the tools, is searched
+    # THEN nothing is found, and the made-up words cost no forward pass
+    assert index.search("zzqx frobnicate", limit=3) == []
+    assert embedded == []
+    assert index.search("a sonnet about autumn leaves", limit=3) == []
+
+
+def test_a_search_computes_few_pending_vectors_and_keeps_them(embedded: list[str]) -> None:
+    # GIVEN every tool waiting for its vector
+    index = _index(pending=EVERY_TOOL)
+    embedded.clear()
+    # WHEN it is searched twice with requests whose first hits are the same tools
+    first = index.search("a map of the city", limit=3)
+    computed = len(embedded)
+    again = index.search("a map of the city", limit=3)
+    # THEN the first search computed vectors only for its first RERANK_PENDING candidates, the
+    # second none (the index keeps them), and both answered alike
+    assert 1 <= computed <= RERANK_PENDING
+    assert len(embedded) == computed and again == first
 
 
 def test_the_local_work_queue_has_a_consumer_per_core_and_one_more(monkeypatch: pytest.MonkeyPatch) -> None:

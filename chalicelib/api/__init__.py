@@ -3,7 +3,7 @@
 Importing the route modules registers their views on the one blueprint.
 """
 
-from chalicelib.api import account, agents, connections, imports, runs, sweep, tools  # noqa: F401
+from chalicelib.api import account, agents, connections, imports, policies, runs, sweep, tools  # noqa: F401
 from chalicelib.api.common import bp
 
 __all__ = ["bp"]

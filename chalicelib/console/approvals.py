@@ -18,7 +18,8 @@ def approvals(ctx: Ctx) -> Response:
     pending = list(every(lambda cursor: runs.list_pending(ctx.account_id, limit=ALL_PAGE, cursor=cursor,
                                                           now=ctx.now)))
     return ctx.render("approvals.html", pending=pending, tools=tools_of(ctx.account_id, pending),
-                      names=agent_names(ctx.account_id), done=ctx.params.get("done"))
+                      every_call=runs.asked_every_call(pending), names=agent_names(ctx.account_id),
+                      done=ctx.params.get("done"))
 
 
 @page("/console/approvals/{run_id}")

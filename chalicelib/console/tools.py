@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from chalice import Response
 
-from chalicelib import toolbox, workingset
+from chalicelib import policies, toolbox, workingset
 from chalicelib.console.common import PAGE_SIZE, Ctx, action, agent_names, page, redirect
 from chalicelib.errors import InvalidInput, NotFound
 from chalicelib.store.records import ToolVersion
 
 SEARCH_LIMIT = 50
+POLICY_EVENTS = 50  # the account's newest policy changes, read for a tool's page
 
 
 @page("/console/tools")
@@ -36,9 +37,29 @@ def tool_page(ctx: Ctx, vendor: str, name: str) -> Response:
     if shown is None:
         raise NotFound(f"{vendor}/{name} has no version {wanted}")
     head = toolbox.resolve(ctx.account_id, vendor, name)  # the newest, whether it is unavailable, its guard
+    settings = policies.settings_for(ctx.account_id, [head])
+    changes = [event for event in policies.history(ctx.account_id, limit=POLICY_EVENTS, cursor=None).items
+               if event.vendor == vendor and event.name in (name, "*")]
     return ctx.render("tool.html", vendor=vendor, name=name, versions=versions, shown=shown, head=head.version,
                       newest=head, promoted_for=_promoted_for(ctx.account_id, [shown]),
-                      names=agent_names(ctx.account_id), done=ctx.params.get("done"))
+                      names=agent_names(ctx.account_id), done=ctx.params.get("done"),
+                      policy=policies.effective(head, settings), policy_default=policies.default(head),
+                      own_policy=settings.get(head.key), vendor_policy=settings.get((vendor, None)),
+                      policy_changes=changes)
+
+
+@action("/console/tools/{vendor}/{name}/approval-policy")
+def set_policy(ctx: Ctx, vendor: str, name: str) -> Response:
+    """A person sets the tool's approval policy, or the account's default for the vendor's tools
+    (`scope` vendor); `default` clears it."""
+    chosen = ctx.form.get("policy", "")
+    policy = None if chosen == "default" else chosen
+    scope = ctx.form.get("scope", "tool")
+    if scope not in ("tool", "vendor"):
+        raise InvalidInput("scope: tool or vendor", field="scope")
+    policies.set_policy(ctx.account_id, vendor, name if scope == "tool" else None, policy, ctx.session.actor,
+                        ctx.now)
+    return redirect(f"/console/tools/{vendor}/{name}", done="policy-set")
 
 
 @action("/console/tools/{vendor}/{name}/accept-annotations")

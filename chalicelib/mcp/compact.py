@@ -59,8 +59,10 @@ _SENTENCE_END = re.compile(r"[.!?](?=\s)|[。！？]")  # a full stop before a s
 _SPACE = re.compile(r"\s+")
 
 
-def hit(state: AgentState, tool: Tool, *, first: bool = False) -> dict[str, Any]:
-    """One find_tool hit for this agent; `first` adds the input schema (bounded, see top_schema)."""
+def hit(state: AgentState, tool: Tool, *, first: bool = False, approval: str | None = None) -> dict[str, Any]:
+    """One find_tool hit for this agent; `first` adds the input schema (bounded, see top_schema);
+    a write's `approval` is its approval policy (`first_call` or `every_call`: how often a call
+    waits for a person)."""
     spec, guard = tool.spec, tool.guard
     promotion = state.promotion(spec.vendor, spec.name)
     answer: dict[str, Any] = {
@@ -73,6 +75,8 @@ def hit(state: AgentState, tool: Tool, *, first: bool = False) -> dict[str, Any]
         "input": _fit(input_summary(spec.input_schema), SUMMARY_BYTES),
         "available": True,
     }
+    if approval is not None and guard.writes:
+        answer["approval"] = approval
     if first and (schema := top_schema(spec.input_schema)) is not None:
         answer["input_schema"] = schema[0]  # enough to run_tool it at once, without a promote
         if schema[1]:

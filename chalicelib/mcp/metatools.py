@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from chalicelib import jsontext, runs, toolbox, usage, workingset
+from chalicelib import jsontext, policies, runs, toolbox, usage, workingset
 from chalicelib.causes import Cause, PromotedBy
 from chalicelib.definitions import Tool, ToolSpec, parse_spec
 from chalicelib.mcp import compact
@@ -20,6 +20,7 @@ from chalicelib.validation import NAME_PATTERN, SEPARATOR, VENDOR_PATTERN, check
 
 ALWAYS_LOAD = "anthropic/alwaysLoad"
 SEARCH_HINT = "anthropic/searchHint"
+APPROVAL_META = "workset/approvalPolicy"  # a write's approval policy, as a hint in its definition
 SEARCH_HINT_CHARS = 120
 ALWAYS_LOAD_BYTES = 40_000  # ~10k tokens at 4 bytes a token: half of Claude Code's deferral threshold
 FIND_LIMIT_DEFAULT = 10
@@ -138,10 +139,10 @@ ACQUIRE_SCHEMA: dict[str, Any] = {
 }
 
 
-def tool_definition(tool: Tool) -> dict[str, Any]:
+def tool_definition(tool: Tool, policy: str | None = None) -> dict[str, Any]:
     """The MCP definition of a promoted tool: `vendor__name` and the newest version's spec with the
     hints Workset enforces (its guard, never looser claims a person has not accepted), marked for
-    hosts to load up front (`host_meta`)."""
+    hosts to load up front (`host_meta`); a write's approval `policy` rides in `_meta`."""
     spec = tool.spec
     definition: dict[str, Any] = {
         "name": f"{spec.vendor}{SEPARATOR}{spec.name}",
@@ -152,10 +153,12 @@ def tool_definition(tool: Tool) -> dict[str, Any]:
     }
     if spec.output_schema is not None:
         definition["outputSchema"] = spec.output_schema
+    if policy is not None and tool.writes:
+        definition["_meta"][APPROVAL_META] = policy
     return definition
 
 
-def listed(promoted: list[Tool]) -> list[dict[str, Any]]:
+def listed(promoted: list[Tool], settings: policies.Settings | None = None) -> list[dict[str, Any]]:
     """An agent's tools/list: the meta-tools, then its promoted tools. Every one loads up front in
     hosts that defer MCP tools, until the list reaches ALWAYS_LOAD_BYTES (half of what makes
     Claude Code defer: 10% of a 200k-token context); tools past that carry only their search hint,
@@ -164,10 +167,10 @@ def listed(promoted: list[Tool]) -> list[dict[str, Any]]:
     definitions = [meta.definition for meta in META_TOOLS.values()]
     size = sum(map(_size, definitions))
     for tool in promoted:
-        definition = tool_definition(tool)
+        definition = tool_definition(tool, policies.effective(tool, settings or {}))
         size += _size(definition)
         if size > ALWAYS_LOAD_BYTES:
-            definition["_meta"] = {SEARCH_HINT: definition["_meta"][SEARCH_HINT]}
+            definition["_meta"].pop(ALWAYS_LOAD)
         definitions.append(definition)
     return definitions
 
@@ -204,7 +207,9 @@ def split_name(tool_name: str) -> tuple[str, str] | None:
 def _find_tool(call: Call, raw: Any) -> Outcome:
     args = parse(FindToolArgs, raw)
     found, more = toolbox.search(call.state.agent.account_id, args.query, args.limit)
-    hits = [compact.hit(call.state, tool, first=index == 0) for index, tool in enumerate(found)]
+    settings = policies.settings_for(call.state.agent.account_id, found)  # read only when a hit writes
+    hits = [compact.hit(call.state, tool, first=index == 0, approval=policies.effective(tool, settings))
+            for index, tool in enumerate(found)]
     usage.observe_search(call.state, args.query, [(tool.spec.vendor, tool.spec.name) for tool in found], call.now)
     if not hits:
         return Outcome(structured={
@@ -220,7 +225,9 @@ def _promote(call: Call, raw: Any) -> Outcome:
                                 actor=call.state.agent.agent_id, now=call.now, pinned=args.pinned)
     assert change.tool is not None
     usage.credit(call.state, args.vendor, args.name, call.now)
-    answer: dict[str, Any] = {"size": change.size, "tool": tool_definition(change.tool)}
+    answer: dict[str, Any] = {"size": change.size,
+                              "tool": tool_definition(change.tool, policies.of(call.state.agent.account_id,
+                                                                               change.tool))}
     if args.pinned:
         answer["pinned"] = change.pinned
     return Outcome(structured=answer, list_changed=change.changed)

@@ -4,15 +4,15 @@ failure (JSON-RPC errors for bad requests, `isError` results for failed tool cal
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from chalicelib import accounts, jsontext, log, runs, usage, workingset
+from chalicelib import accounts, jsontext, log, policies, runs, usage, workingset
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
-from chalicelib.mcp import protocol, tasks
+from chalicelib.mcp import approvals, protocol, tasks
 from chalicelib.mcp.metatools import INSTRUCTIONS, META_TOOLS, Call, listed, split_name
 from chalicelib.mcp.protocol import (
     HANDSHAKE_PROTOCOL_VERSIONS,
@@ -48,6 +48,7 @@ class Reply:
     result: dict[str, Any]
     events: list[dict[str, Any]] = field(default_factory=list)
     changed: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 Handler = Callable[[AgentState, Request, datetime], "dict[str, Any] | Reply"]
@@ -73,7 +74,11 @@ def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = Non
         log.note(rpc_method=_metric_method(message.get("method")))
         request_id = message.get("id") if isinstance(message.get("id"), str | int) else None
         modern = protocol.is_modern(message)
+        if approvals.is_client_response(message):  # the client's answer to our elicitation/create
+            return HttpAnswer(202)
         request = protocol.classify(message, headers)
+        if not request.modern and approvals.legacy_declared(headers):  # declared at initialize (stateless)
+            request = replace(request, client_capabilities=approvals.LEGACY_URL_CAPABILITIES)
         if request.is_notification:
             return HttpAnswer(202)
         table = MODERN_METHODS if request.modern else LEGACY_METHODS
@@ -89,7 +94,9 @@ def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = Non
         reply.result.setdefault("_meta", {protocol.SERVER_INFO_META: SERVER_INFO})
     elif request.method != "initialize":
         _carry_news(state, reply)
-    return HttpAnswer(200, protocol.success(request.id, reply.result), events=reply.events)
+    else:
+        reply.headers.update(approvals.session_header(request.params.get("capabilities")))
+    return HttpAnswer(200, protocol.success(request.id, reply.result), reply.headers, events=reply.events)
 
 
 def _metric_method(method: Any) -> str:
@@ -138,7 +145,8 @@ def _list_tools(state: AgentState, request: Request, now: datetime) -> dict[str,
     """The agent's tools, a page at a time: a page ends once it passes LIST_PAGE_BYTES, so however
     large the definitions an agent promoted, no answer outgrows what Lambda and API Gateway carry
     (a definition is at most 320 KB; a page holds at least one)."""
-    tools = listed(workingset.promoted_tools(state))
+    promoted = workingset.promoted_tools(state)
+    tools = listed(promoted, policies.settings_for(state.agent.account_id, promoted))
     start = _list_offset(request.params.get("cursor"))
     end, size = start, 0
     while end < len(tools) and (end == start or size <= LIST_PAGE_BYTES):
@@ -168,9 +176,16 @@ def _call_tool(state: AgentState, request: Request, now: datetime) -> Reply:
     arguments = request.params.get("arguments") or {}
     if not isinstance(name, str) or not isinstance(arguments, dict):
         raise ProtocolError(INVALID_PARAMS, "Invalid params: tools/call needs a name and an arguments object")
+    if approvals.is_retry(request):  # 2026-07-28: the retry of a call answered input_required
+        return Reply(approvals.continue_call(state, request, name, arguments, now))
     outcome = _call(state, name, arguments, now)
     if outcome.status == RunStatus.AWAITING and outcome.run_id and tasks.declared(request):
         return Reply(tasks.created(outcome.run_id, state, now))
+    if outcome.status == RunStatus.AWAITING and outcome.run_id and approvals.url_mode(request.client_capabilities):
+        if request.modern:
+            return Reply(approvals.input_required(state, outcome.run_id, name, arguments, now))
+        events, result = approvals.elicit_in_stream(state, outcome.run_id, now)
+        return Reply(result, events=events)
     return Reply(tool_result(outcome), changed=outcome.list_changed)
 
 

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from chalicelib import accounts, urls
 from chalicelib.accounts import hash_token
 from chalicelib.config import settings
+from chalicelib.oauth import documents
 from chalicelib.oauth.clients import redirect_uri
 from chalicelib.oauth.discovery import SCOPE, issuer
 from chalicelib.store import oauth as oauth_store
@@ -61,6 +62,17 @@ class Pending:
         return self.url.text
 
     @property
+    def identified_by(self) -> str | None:
+        """The host a metadata-document client is identified by (None for a registered client)."""
+        return documents.identified_by(self.client.client_id)
+
+    @property
+    def loopback_only(self) -> bool:
+        """Every redirect URI the client declared is on this machine (any local program could
+        receive the answer: the consent page warns)."""
+        return all(_loopback(uri) for uri in self.client.redirect_uris)
+
+    @property
     def redirect_host(self) -> str:
         """Where the answer goes, as the consent page shows it (the host a browser goes to)."""
         return self.url.netloc
@@ -92,7 +104,7 @@ def check_request(params: dict[str, str], now: datetime) -> Pending:
     is told; nothing goes to the URI), and Redirected for every other fault (the client is told,
     at a redirect URI it registered exactly; at any other, the person is told instead).
     """
-    client = oauth_store.get_client(params.get("client_id", ""), now)
+    client = _client(params.get("client_id", ""), now)
     if client is None:
         raise UnsafeRequest("This application is not registered with Workset (or its registration expired). "
                             "Connect it again from the application.")
@@ -110,6 +122,18 @@ def check_request(params: dict[str, str], now: datetime) -> Pending:
     if faults:
         pending.refuse(*faults[0])
     return pending
+
+
+def _client(client_id: str, now: datetime) -> OAuthClient | None:
+    """The client a request names: a registered one, or the one a metadata document describes
+    (UnsafeRequest when that document cannot be used: the person is told why)."""
+    if not documents.is_document_id(client_id):
+        return oauth_store.get_client(client_id, now)
+    try:
+        return documents.resolve(client_id, now)
+    except documents.DocumentRefused as refused:
+        raise UnsafeRequest(f"This application identifies itself by a web address, but {refused}. "
+                            "Nothing was sent to the application.") from None
 
 
 def _faults(params: dict[str, str], pending: Pending) -> list[tuple[str, str]]:
@@ -141,6 +165,8 @@ def _registered(client: OAuthClient, asked: str) -> tuple[urls.URL, bool] | None
         return None
     if asked in client.redirect_uris:
         return url, True
+    if documents.is_document_id(client.client_id):  # a metadata document's redirect URIs: exactly
+        return None
     for known in client.redirect_uris:
         try:
             registered = redirect_uri(known)
@@ -149,6 +175,13 @@ def _registered(client: OAuthClient, asked: str) -> tuple[urls.URL, bool] | None
         if url.scheme == "http" and url.is_loopback and _without_port(url) == _without_port(registered):
             return url, False
     return None
+
+
+def _loopback(uri: str) -> bool:
+    try:
+        return redirect_uri(uri).is_loopback
+    except ValueError:
+        return False
 
 
 def _without_port(url: urls.URL) -> tuple[str, str, str, str]:
@@ -166,7 +199,8 @@ def consent(pending: Pending, account_id: str, agent_id: str, *, actor: str, now
         client_id=pending.client.client_id, redirect_uri=pending.redirect_uri, code_challenge=pending.code_challenge,
         resource=pending.resource, scope=pending.scope, account_id=account_id, agent_id=agent_id,
         grant_id=secrets.token_hex(8), consented_by=actor, expires_at=now + CODE_LIFETIME), forget_at=now + CODE_KEPT)
-    oauth_store.keep_client(pending.client.client_id)
+    if pending.identified_by is None:  # a metadata-document client is stored nowhere
+        oauth_store.keep_client(pending.client.client_id)
     return pending.answer(code=code)
 
 

@@ -45,6 +45,8 @@ def server_metadata() -> dict[str, Any]:
         "revocation_endpoint_auth_methods_supported": list(AUTH_METHODS),
         "code_challenge_methods_supported": ["S256"],
         "authorization_response_iss_parameter_supported": True,
+        # MCP 2026-07-28 client-registration, "Advertising CIMD Support" (oauth/documents.py)
+        "client_id_metadata_document_supported": True,
     }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from chalicelib import accounts, log
 from chalicelib.accounts import ACCESS_TOKEN_PREFIX, hash_token
 from chalicelib.errors import NotFound
-from chalicelib.oauth import OAuthError, clients, s256
+from chalicelib.oauth import OAuthError, clients, documents, s256
 from chalicelib.oauth.authorization import PKCE, granted_scope
 from chalicelib.oauth.discovery import SCOPE
 from chalicelib.store import agents as agent_store
@@ -28,13 +28,26 @@ REFRESH_LIFETIME = timedelta(days=30)
 
 def token(form: dict[str, str], authorization: str | None, now: datetime) -> dict[str, Any]:
     """The token endpoint: redeem a code, or rotate a refresh token."""
-    client = clients.authenticate(form, authorization, now)
+    client = _authenticate(form, authorization, now)
     grant_type = form.get("grant_type")
     if grant_type == "authorization_code":
         return _redeem(client, form, now)
     if grant_type == "refresh_token":
         return _refresh(client, form, now)
     raise OAuthError("unsupported_grant_type", "grant_type must be authorization_code or refresh_token")
+
+
+def _authenticate(form: dict[str, str], authorization: str | None, now: datetime) -> OAuthClient:
+    """The client a token or revocation request comes from: a metadata-document client (its
+    client_id a URL, in the form: it is public) without fetching its document, else a registered
+    one, authenticated as it registered."""
+    client_id = form.get("client_id", "")
+    if not authorization and documents.is_document_id(client_id):
+        client = documents.public_client(client_id, now)
+        if client is None:
+            raise OAuthError("invalid_client", "unknown client", status=401)
+        return client
+    return clients.authenticate(form, authorization, now)
 
 
 def _redeem(client: OAuthClient, form: dict[str, str], now: datetime) -> dict[str, Any]:
@@ -112,7 +125,7 @@ def _replayed(what: str, agent_id: str, grant_id: str, client_id: str, now: date
 def revoke(form: dict[str, str], authorization: str | None, now: datetime) -> None:
     """RFC 7009: revoke the grant an access or refresh token of this client belongs to. A token that
     is unknown, expired or another client's changes nothing, and is answered the same way."""
-    client = clients.authenticate(form, authorization, now)
+    client = _authenticate(form, authorization, now)
     try:
         state, grant = _grant_of(form.get("token", ""), client)
     except OAuthError:

@@ -25,7 +25,7 @@ import numpy as np
 from chalicelib import embedder
 from chalicelib.search.arrays import grown, zscore, zscore_among
 from chalicelib.search.bm25 import Lexicon, Terms
-from chalicelib.search.documents import PENDING, Document, stored_vectors
+from chalicelib.search.documents import PENDING, Document, document_vectors, stored_vectors
 from chalicelib.search.static import StaticVectors, static_texts
 from chalicelib.search.structure import Shapes
 from chalicelib.search.text import content_words, is_known_word, name_words
@@ -40,6 +40,11 @@ GATE_COSINE = 0.25  # best MiniLM cosine that makes a query without shared words
 HIT_COSINE = 0.1  # MiniLM cosine that lists a doc without a shared word, once answerable
 W_STRUCTURE = 3.0  # intent, cover and many of an imported operation (structure.py); 0 for other docs
 PENDING_HIT_Z = 2.0  # static z-score that lists a PENDING doc without a shared word (bench/pending_quality.py)
+# A search computes the MiniLM vectors of the PENDING docs among its first RERANK_PENDING hits (a
+# forward pass each, kept by the index) and ranks them by their real sentence signal; with no vector
+# known to z-score against, PENDING_COSINE_SPREAD of cosine counts as one z (bench/pending_quality.py).
+RERANK_PENDING = 5
+PENDING_COSINE_SPREAD = 0.05
 SAME_AS_MEAN = 1e-3  # float32 rounding of |v|^2 - 2 v.m + |m|^2 for unit vectors is ~1e-7, so ~3e-4 apart
 
 
@@ -100,6 +105,9 @@ class SearchIndex:
         self._key_order = np.argsort(np.argsort(np.asarray(self._keys, dtype=object)))  # tie-break rank
         self._signals = signals
         self._changed = changed  # docs changed in place since the last full build
+        # row -> MiniLM vector a search computed for a PENDING doc; only ever gains entries, so
+        # searches sharing it are safe (an updated index starts afresh: its docs may have changed)
+        self._computed: dict[int, np.ndarray] = {}
 
     @classmethod
     def build(cls, docs: Iterable[Document]) -> SearchIndex:
@@ -165,21 +173,47 @@ class SearchIndex:
         Scores are a weighted sum of per-query normalised signals: higher is better, but
         they are only comparable within one query.
         """
-        content = content_words(query)
-        if self._signals is None or limit <= 0 or not content:
-            return []
+        return self.search_many([query], limit, memory)[0]
+
+    def search_many(self, queries: list[str], limit: int = 10,
+                    memory: Memory | None = None) -> list[list[tuple[str, float]]]:
+        """`search` of each query (a request and its intents, queries.py), with the MiniLM vectors
+        of all of them in one forward pass and their cosines with every doc in one product."""
         signals = self._signals
-        keyword, named = signals.lexicon.scores(content)
-        shares_word = bool((keyword > 0).any())
-        if not shares_word and not any(map(is_known_word, content)):
-            return []  # gibberish: skip the forward pass
-        query_vector = embedder.embed([query])[0]
-        cosine = signals.vectors @ query_vector
-        if not shares_word and cosine.max() < GATE_COSINE:
-            return []
+        if signals is None or limit <= 0:
+            return [[] for _ in queries]
+        # position -> (content words, BM25, name share, shares a word) of each answerable query
+        lexical: dict[int, tuple[list[str], np.ndarray, np.ndarray, bool]] = {}
+        for position, query in enumerate(queries):
+            content = content_words(query)
+            if not content:
+                continue
+            keyword, named = signals.lexicon.scores(content)
+            shares_word = bool((keyword > 0).any())
+            if shares_word or any(map(is_known_word, content)):  # else gibberish: skip the forward pass
+                lexical[position] = (content, keyword, named, shares_word)
+        answers: list[list[tuple[str, float]]] = [[] for _ in queries]
+        if not lexical:
+            return answers
+        vectors = embedder.embed([queries[position] for position in lexical])
+        cosines = signals.vectors @ vectors.T
+        for column, (position, (content, keyword, named, shares_word)) in enumerate(lexical.items()):
+            cosine = cosines[:, column]
+            if shares_word or not signals.known.all() or cosine.max() >= GATE_COSINE:
+                answers[position] = self._ranked(queries[position], content, keyword, named, vectors[column],
+                                                  cosine, limit, memory)
+        return answers
+
+    def _ranked(self, query: str, content: list[str], keyword: np.ndarray, named: np.ndarray,
+                query_vector: np.ndarray, cosine: np.ndarray, limit: int,
+                memory: Memory | None) -> list[tuple[str, float]]:
+        """One answerable query's hits: its signals fused, best first."""
+        assert self._signals is not None
+        signals = self._signals
         top = keyword.max()
         static = zscore(signals.static.cosine(query))
-        sentence = _sentence_or_stand_in(signals.centred(cosine, query_vector), static, signals.known)
+        centred = signals.centred(cosine, query_vector)
+        sentence = _sentence_or_stand_in(centred, static, signals.known)
         fused = (W_SENTENCE * sentence
                  + W_STATIC * static
                  + W_KEYWORD * (keyword / top if top > 0 else keyword) + W_NAME * named)
@@ -188,9 +222,47 @@ class SearchIndex:
         if memory is not None:
             fused = fused + memory.boost(query_vector, self._rows, len(self._keys))
         fused = np.round(fused, 6)  # scores as answered: equal ones (to a rounding) are ordered by key
+        if not signals.known.all():
+            # the first few candidates still PENDING get their own vectors: their sentence signal
+            # replaces the stand-in, and their cosine is the absolute evidence the gate and the
+            # listing below want (with every vector pending there was none: no shared word, no answer)
+            candidates = np.flatnonzero((keyword > 0) | (cosine >= HIT_COSINE) | ~signals.known)
+            first = candidates[np.lexsort((self._key_order[candidates], -fused[candidates]))][:RERANK_PENDING]
+            rows = first[~signals.known[first]]
+            if rows.size:
+                own_cosine, own_sentence = self._pending_sentence(rows, query_vector, centred)
+                cosine = cosine.copy()
+                cosine[rows] = own_cosine
+                fused[rows] = np.round(fused[rows] + W_SENTENCE * (own_sentence - sentence[rows]), 6)
+            if not (keyword > 0).any() and cosine.max() < GATE_COSINE:
+                return []
         hits = np.flatnonzero((keyword > 0) | (cosine >= HIT_COSINE) | _listed_while_pending(static, signals.known))
         order = hits[np.lexsort((self._key_order[hits], -fused[hits]))][:limit]
         return [(self._keys[i], float(fused[i])) for i in order]
+
+    def _pending_sentence(self, rows: np.ndarray, query_vector: np.ndarray,
+                          centred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The MiniLM cosine and sentence signal of PENDING docs `rows`, their vectors computed
+        here (a forward pass each, once per index), z-scored as the known docs' are; with none
+        known, their cosines' spread among themselves over PENDING_COSINE_SPREAD. At rank 1 the
+        static stand-in loses a tenth of what MiniLM finds (a rental request's "apartment" vs the
+        tool's "house renting"); these few passes win nearly all of it back (bench/pending_quality.py)."""
+        assert self._signals is not None
+        signals = self._signals
+        missing = [int(row) for row in rows if int(row) not in self._computed]
+        if missing:
+            docs = [self._docs[row] for row in missing]
+            for row, vector in zip(missing, document_vectors([(d.vendor, d.name, d.description) for d in docs])):
+                self._computed[row] = np.frombuffer(vector, "<f2").astype(np.float32)
+        vectors = np.stack([self._computed[int(row)] for row in rows])
+        cosine = vectors @ query_vector
+        known = signals.known
+        if not known.any():
+            return cosine, (cosine - cosine.mean()) / PENDING_COSINE_SPREAD
+        distance = np.linalg.norm(vectors - signals.mean, axis=1)
+        own = np.where(distance > SAME_AS_MEAN, (cosine - signals.mean @ query_vector) / distance, 0.0)
+        spread = centred[known].std()
+        return cosine, (own - centred[known].mean()) / (spread if spread > 0 else 1.0)
 
 
 def _sentence_or_stand_in(sentence: np.ndarray, static: np.ndarray, known: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ The split follows sentences and, within a sentence, the connectors "and", "and t
 "also", "as well as", "along with", "plus" and commas followed by a space. A piece without
 MIN_PART_WORDS content words (words that are not stop words) joins its neighbour, so "Hi, can you
 ..." stays whole. At most MAX_PARTS parts come from the first MAX_SPLIT_CHARS characters, however
-long the request: each part costs one more MiniLM forward pass. (Many one-intent requests split
+long the request: the parts ride in the whole request's MiniLM forward pass, but each adds its tokens. (Many one-intent requests split
 too, since 63% of MetaTool's contain a comma or an "and"; the merge keeps most of them intact.)
 
 A request that does not split ranks exactly as SearchIndex.search ranks it; one that does keeps
@@ -34,9 +34,10 @@ _CONNECTOR = re.compile(
 
 
 class Searchable(Protocol):
-    """What the merge needs of an index: SearchIndex.search."""
+    """What the merge needs of an index: SearchIndex.search_many."""
 
-    def search(self, query: str, limit: int = 10, memory: Memory | None = None) -> list[tuple[str, float]]: ...
+    def search_many(self, queries: list[str], limit: int = 10,
+                    memory: Memory | None = None) -> list[list[tuple[str, float]]]: ...
 
 
 def intents(query: str) -> list[str]:
@@ -61,11 +62,10 @@ def search(index: Searchable, query: str, limit: int, memory: Memory | None = No
     intent; else the whole request's best hit, then every tool by its best score for the whole
     request or any one part (so each intent's best tools rise, whichever part they answer).
     `memory` (the account's own use) weighs in on the whole request and on every part."""
-    whole = index.search(query, limit, memory=memory)
-    parts = intents(query) if whole else []  # no hit for the whole request: none for its parts
-    if not parts:
-        return whole
-    return merged([whole, *(index.search(part, limit, memory=memory) for part in parts)], limit)
+    rankings = index.search_many([query, *intents(query)], limit, memory=memory)  # one forward pass
+    if len(rankings) == 1 or not rankings[0]:  # one intent, or no hit for the whole: none for its parts
+        return rankings[0]
+    return merged(rankings, limit)
 
 
 def merged(rankings: list[list[tuple[str, float]]], limit: int) -> list[tuple[str, float]]:

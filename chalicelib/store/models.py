@@ -493,6 +493,22 @@ class MemoryItem(Model):
     ttl = TTLAttribute(null=True)
 
 
+class PolicyItem(Model):
+    """A person's approval policy for one tool (`name`), or the account's default for a vendor's
+    tools (`name` is ANY_TOOL), in the account's policies partition (`policy_partition`): apart from
+    its toolbox, so listing tools never meets them."""
+
+    Meta = _meta("tools")
+    account_id = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    kind = UnicodeAttribute(default="policy")
+    vendor = UnicodeAttribute()
+    name = UnicodeAttribute()
+    policy = UnicodeAttribute()
+    set_by = UnicodeAttribute()
+    set_at = UTCDateTimeAttribute()
+
+
 class HistoryItem(Model):
     """One promotion, demotion, pin or unpin; never edited or deleted."""
 
@@ -587,6 +603,7 @@ class RunItem(Model):
     unannounced = BooleanAttribute(null=True)  # ended after waiting on a person; the webhook not yet told
     connection_key = UnicodeAttribute(null=True)  # `<account>#<connection>` for `by_connection`
     error_code = UnicodeAttribute(null=True)  # a failed run's error code (what `by_connection` shows)
+    approval_policy = UnicodeAttribute(null=True)  # the policy a wait was asked under; absent: first_call
     ttl = TTLAttribute(null=True)  # runs are kept for WORKSET_RUN_RETENTION_DAYS
     by_agent = RunsByAgent()
     pending_by_account = PendingByAccount()
@@ -691,6 +708,19 @@ def change_sk(revision: int) -> str:
 def memory_partition(account_id: str, generation: int) -> str:
     """Hash key of an account's memory of its use, in one generation (a reset starts the next)."""
     return f"{account_id}#memory#{generation}"
+
+
+ANY_TOOL = "*"  # a policy item's name for the account's default over a vendor's tools
+
+
+def policy_partition(account_id: str) -> str:
+    """Hash key of an account's approval policies (also of their history, in the history table)."""
+    return f"{account_id}#policies"
+
+
+def policy_sk(vendor: str, name: str) -> str:
+    """Range key of a policy item: one tool's, or (name ANY_TOOL) a vendor's default."""
+    return f"{vendor}#{name}"
 
 
 def version_sk(vendor: str, name: str, version: int) -> str:

@@ -137,6 +137,18 @@ class Approval:
 
 
 @dataclass(frozen=True)
+class PolicySetting:
+    """A person's approval policy for one tool, or (`name` None) the account's default for a
+    vendor's tools: who set it and when."""
+
+    vendor: str
+    name: str | None
+    policy: str
+    set_by: str
+    set_at: datetime
+
+
+@dataclass(frozen=True)
 class SeenSearch:
     """One find_tool answer an agent had (chalicelib/usage.py): the request, the hits it listed
     ("vendor/name"), when, the account's memory generation then, and the hits already credited."""
@@ -279,6 +291,7 @@ class Run:
     error: dict[str, Any] | None = None
     decided_by: str | None = None
     connection_id: str | None = None  # the connection whose credential the call carries
+    approval_policy: str | None = None  # the policy a wait was asked under (None: first_call)
 
 
 @dataclass(frozen=True)

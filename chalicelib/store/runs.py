@@ -104,9 +104,10 @@ def finish(run: Run, status: RunStatus, now: datetime, *, result: dict[str, Any]
     return _end(run, actions, condition, now, announce=announce)
 
 
-def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime, *, shape: dict[str, Any]) -> bool:
-    """Move a waiting run to running and remember the approval for its agent, tool and request
-    shape (replacing any earlier decision on that tool).
+def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime, *, shape: dict[str, Any],
+            remember: bool = True) -> bool:
+    """Move a waiting run to running and (`remember`) remember the approval for its agent, tool and
+    request shape (replacing any earlier decision on that tool).
 
     Only one of any number of concurrent approvals wins (False for the others).
     """
@@ -124,7 +125,8 @@ def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime, 
                 ],
                 condition=(RunItem.status == RunStatus.AWAITING) & (RunItem.lease_expires_at > now),
             )
-            write.save(_decision(run, ALLOW, approver, now, shape))
+            if remember:
+                write.save(_decision(run, ALLOW, approver, now, shape))
             write.update(
                 AgentSettingsItem(agent_id=run.agent_id, sk=AGENT_SK),
                 actions=[AgentSettingsItem.leases[run.run_id].set(lease_expires_at.timestamp())],
@@ -217,6 +219,16 @@ def get(run_id: str) -> Run | None:
     return run
 
 
+def approval_policies(run_ids: list[str]) -> dict[str, str | None]:
+    """Run id -> the policy its wait was asked under, in batch reads (the pending index does not
+    project it: the runs of a page are read for it, 100 keys a call)."""
+    keys = [run_id for run_id in dict.fromkeys(run_ids) if key_ok(run_id)]
+    if not keys:
+        return {}
+    return {item.run_id: item.approval_policy
+            for item in RunItem.batch_get(keys, attributes_to_get=["run_id", "approval_policy"])}
+
+
 def list_for_agent(agent_id: str, *, limit: int, cursor: str | None = None) -> Page:
     """An agent's runs, newest first, as summaries (no input or result: `get` has them)."""
     return page(RunItem, agent_id, index=RunItem.by_agent, limit=limit, cursor=cursor, record=_record,
@@ -236,6 +248,7 @@ def _item(run: Run) -> RunItem:
         pending_account_id=run.account_id if run.status == RunStatus.AWAITING else None, ttl=_expiry(run),
         sweep_shard=shard(run.run_id, SHARDS), sweep_at=run.lease_expires_at,
         connection_key=connection_key(run.account_id, run.connection_id) if run.connection_id else None,
+        approval_policy=run.approval_policy,
     )
 
 
@@ -265,4 +278,5 @@ def _record(item: RunItem) -> Run:
         created_at=item.created_at, updated_at=item.updated_at, lease_expires_at=item.lease_expires_at,
         dry_run=bool(item.dry_run), result=item.result, error=item.error, decided_by=item.decided_by,
         connection_id=item.connection_key.partition("#")[2] if item.connection_key else None,
+        approval_policy=item.approval_policy,
     )
