@@ -11,7 +11,7 @@ How a block is run:
   session's `curl` also writes each status to stderr), and so does an error body
   (`{"error": {"code": ...}}`).
 - A `console` block runs each `$ ` command; the JSON keys its printed answer shows must be in
-  the real answer.
+  the real answer, and a printed line that is neither JSON nor cut short (`...`) must be printed.
 - A `python` block whose first line is `# <name>.py` is saved under that name (a later shell
   block runs it, as the README tells a reader to); any other is run with `python3`.
 - A block right after `<!-- not run: <reason> -->` is skipped with that reason; NOT_RUN below
@@ -276,3 +276,7 @@ def _check(session: Session, block: Block, script: str, printed: str) -> None:
     assert not failed, f"{where}\n--- HTTP statuses {failed}"
     missing = keys(printed) - keys(out)
     assert not missing, f"{where}\n--- the README shows keys the answer lacks: {sorted(missing)}"
+    # a printed line that is neither JSON nor cut short (`...`) is printed as shown
+    shown = [line for line in printed.splitlines() if line and "..." not in line and not line.startswith(("{", " "))]
+    lacking = [line for line in shown if line not in out.splitlines()]
+    assert not lacking, f"{where}\n--- the README shows lines the answer lacks: {lacking}"
