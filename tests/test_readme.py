@@ -11,15 +11,17 @@ How a block is run:
   session's `curl` also writes each status to stderr), and so does an error body
   (`{"error": {"code": ...}}`).
 - A `console` block runs each `$ ` command; the JSON keys its printed answer shows must be in
-  the real answer.
+  the real answer, and a printed line that is neither JSON nor cut short (`...`) must be printed.
 - A `python` block whose first line is `# <name>.py` is saved under that name (a later shell
   block runs it, as the README tells a reader to); any other is run with `python3`.
 - A block right after `<!-- not run: <reason> -->` is skipped with that reason; NOT_RUN below
   lists each one, and the README must mark exactly those.
 
-The stack listens on the README's own addresses (127.0.0.1:8000, its demo vendor on 8001, the
-stdio bridge on 8100): the session and the stack run in a network namespace of their own
-(`unshare --net`), so those ports are free whatever else runs on the machine.
+The stack is `python -m local`, what `./dev up` runs, with a vendor timeout of 30 s instead of 10
+(a loaded machine starts the README's bridged stdio server slowly). It listens on the README's own
+addresses (127.0.0.1:8000, its demo vendor on 8001, the stdio bridge on 8100): the session and the
+stack run in a network namespace of their own (`unshare --net`), so those ports are free whatever
+else runs on the machine.
 """
 
 from __future__ import annotations
@@ -159,7 +161,10 @@ class Session:
     def start_stack(self) -> None:
         """`python -m local` on the README's port, its data in `.workset/` (what `./dev up` runs)."""
         log = self.logs / "stack.log"
-        ok, _, err = self.run(f"PYTHONPATH={ROOT} python3 -m local --port 8000 --data .workset >{log} 2>&1 &\n"
+        # a vendor timeout of 30 s, not 10: on a loaded machine the bridged stdio server (npx, then
+        # node) can take longer than 10 s to answer its first request
+        ok, _, err = self.run(f"WORKSET_VENDOR_TIMEOUT_SECONDS=30 PYTHONPATH={ROOT} "
+                              f"python3 -m local --port 8000 --data .workset >{log} 2>&1 &\n"
                               "STACK_PID=$!")
         assert ok, err
         deadline = time.monotonic() + START_SECONDS
@@ -202,6 +207,13 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
             if os.environ.get("CI"):
                 pytest.fail(reason)
             pytest.skip(reason)
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--net", "ip", "link", "set", "lo", "up"],
+                           capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        reason = f"this machine allows no network namespace for the README's test: {probe.stderr.strip()}"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
     if not (UPSTREAMS / ".bin" / "supergateway").exists():
         pytest.fail("tests/upstreams/node_modules lacks supergateway: run `./dev test` (npm ci) again")
     running = Session(tmp_path_factory.mktemp("readme"))
@@ -225,6 +237,14 @@ def test_the_readme_has_runnable_blocks() -> None:
     run = [block for block in README_BLOCKS if block.language in RUN and not block.not_run]
     assert len([block for block in run if block.language == "python"]) >= 1
     assert len(run) >= 6
+
+
+def test_the_stack_prints_the_ready_block_the_readme_describes(session: Session) -> None:
+    # the README's Quick start: the URL, the MCP endpoint, the console, the token and its file, how to stop
+    printed = (session.logs / "stack.log").read_text()
+    for line in ("Workset is ready on http://127.0.0.1:8000", "MCP endpoint   http://127.0.0.1:8000/mcp",
+                 "Console        http://127.0.0.1:8000/console", "(saved in .workset/admin-token)", "Stop           Ctrl-C"):
+        assert line in printed
 
 
 @pytest.mark.parametrize("block", [block for block in README_BLOCKS if block.language in RUN],
@@ -256,3 +276,7 @@ def _check(session: Session, block: Block, script: str, printed: str) -> None:
     assert not failed, f"{where}\n--- HTTP statuses {failed}"
     missing = keys(printed) - keys(out)
     assert not missing, f"{where}\n--- the README shows keys the answer lacks: {sorted(missing)}"
+    # a printed line that is neither JSON nor cut short (`...`) is printed as shown
+    shown = [line for line in printed.splitlines() if line and "..." not in line and not line.startswith(("{", " "))]
+    lacking = [line for line in shown if line not in out.splitlines()]
+    assert not lacking, f"{where}\n--- the README shows lines the answer lacks: {lacking}"

@@ -290,6 +290,17 @@ def test_a_stdio_server_behind_a_bridge_is_a_vendor(admin: Admin, mcp: Mcp, brid
     assert "over stdio" in result["content"][0]["text"]
 
 
+def test_a_bridge_on_a_private_address_is_refused_where_private_networks_are_off(
+        admin: Admin, bridged_url: str, settings_env: Any) -> None:
+    # GIVEN a deployment that calls only public addresses, and a bridge listening on 127.0.0.1
+    settings_env(WORKSET_ALLOW_PRIVATE_NETWORK="false")
+    # WHEN the bridge is registered
+    answer = _register(admin, bridged_url, vendor="everything")
+    # THEN the outbound guard refuses it before any request, and nothing is registered
+    assert (answer.status_code, answer.json_body["error"]["code"]) == (400, "forbidden_destination")
+    assert admin.call("GET", "/v1/upstreams").json_body["items"] == []
+
+
 def test_the_sweep_queues_an_hourly_sync_of_each_server(admin: Admin, client: Client, notes: Any) -> None:
     _register(admin, notes[0])
     # GIVEN a sweep within the hour: nothing to sync

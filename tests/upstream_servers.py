@@ -142,7 +142,7 @@ def bridged_server() -> Iterator[str]:
     env = {"PATH": os.environ.get("PATH", "")}  # bare: the server's get-env tool answers its environment
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen([node, "--require", loopback, str(SUPERGATEWAY), "--stdio", stdio,
-                                    "--outputTransport", "streamableHttp", "--port", str(port), "--logLevel", "none"],
+                                    "--outputTransport", "streamableHttp", "--stateful", "--port", str(port), "--logLevel", "none"],
                                    cwd=UPSTREAMS, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                    start_new_session=True)
         try:
