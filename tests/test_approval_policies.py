@@ -185,7 +185,8 @@ def test_the_console_sets_a_policy_and_marks_every_call_waits(admin: Admin, cons
     assert 'data-policy="every_call"' in page and 'id="policy-history"' in page
     run_id = _run(mcp, CREATE, customer="a")["run_id"]
     assert 'every-call' in console.get("/console/approvals").body.decode()
-    assert 'id="every-call"' in console.get(f"/console/approvals/{run_id}").body.decode()
+    run_page = console.get(f"/console/approvals/{run_id}").body.decode()
+    assert 'id="every-call"' in run_page and ">Approve</button>" in run_page and ">Deny</button>" in run_page
     # a forged form (no CSRF token) changes nothing
     console.post("/console/tools/unleashed/create-order/approval-policy", {"policy": "first_call"}, csrf="x")
     assert admin.call("GET", "/v1/tools/unleashed/create-order/approval-policy").json_body["policy"] == "every_call"
