@@ -41,6 +41,14 @@ HOLD_SECONDS = 6
 @pytest.fixture(scope="module")
 def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     running = start_stack(tmp_path_factory.mktemp("approvals"), {"WORKSET_APPROVAL_HOLD_SECONDS": str(HOLD_SECONDS)})
+    for _ in range(3):  # the stack's first publish loads the search model: on a busy machine, past a 10 s read
+        try:
+            running.publish({"vendor": "warmup", "name": "noop", "description": "Nothing.",
+                             "input_schema": {"type": "object"}, "annotations": {"readOnlyHint": True},
+                             "request": {"method": "GET", "url": "http://127.0.0.1:9/x"}})
+            break
+        except TimeoutError:
+            continue
     yield running
     stop_stack(running)
 
