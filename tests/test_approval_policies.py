@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from bench.dynamo_calls import DynamoCalls
 from chalicelib.mcp.metatools import APPROVAL_META
 from tests.conftest import Admin, Console, Mcp, Vendor
 
@@ -185,7 +186,19 @@ def test_the_console_sets_a_policy_and_marks_every_call_waits(admin: Admin, cons
     assert 'data-policy="every_call"' in page and 'id="policy-history"' in page
     run_id = _run(mcp, CREATE, customer="a")["run_id"]
     assert 'every-call' in console.get("/console/approvals").body.decode()
-    assert 'id="every-call"' in console.get(f"/console/approvals/{run_id}").body.decode()
+    run_page = console.get(f"/console/approvals/{run_id}").body.decode()
+    assert 'id="every-call"' in run_page and ">Approve</button>" in run_page and ">Deny</button>" in run_page
     # a forged form (no CSRF token) changes nothing
     console.post("/console/tools/unleashed/create-order/approval-policy", {"policy": "first_call"}, csrf="x")
     assert admin.call("GET", "/v1/tools/unleashed/create-order/approval-policy").json_body["policy"] == "every_call"
+
+
+def test_the_policy_costs_a_write_call_one_batch_read_and_a_read_call_nothing(admin: Admin, mcp: Mcp,
+                                                                               tools: None) -> None:
+    counter = DynamoCalls().install()
+    with counter.measure() as read_call:
+        mcp.call("run_tool", {"vendor": "unleashed", "name": "list-orders", "input": {"customer": "a"}})
+    with counter.measure() as write_call:
+        mcp.call("run_tool", {**CREATE, "input": {"customer": "a"}})
+    assert "BatchGetItem" not in read_call
+    assert write_call.count("BatchGetItem") == 1, write_call

@@ -196,6 +196,8 @@ def test_a_destructive_writes_request_shape_is_what_it_was_before_guards(admin: 
     # GIVEN approvals for a destructive write (MCP's default hints) and for a non-destructive one
     admin.publish(**_purge(vendor, False, "POST", annotations={}))
     admin.publish(**_purge(vendor, False, "POST", name="tidy", annotations={"destructiveHint": False}))
+    # (a destructive write asks on every call unless a person lets its approvals stand: issue 26)
+    assert admin.call("PUT", "/v1/tools/crm/purge/approval-policy", {"policy": "first_call"}).status_code == 200
     for name in ("purge", "tidy"):
         run_id = mcp.call("run_tool", {"vendor": "crm", "name": name, "input": {}})["structuredContent"]["run_id"]
         assert admin.call("POST", f"/v1/approvals/{run_id}/approve").status_code == 200

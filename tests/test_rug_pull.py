@@ -175,6 +175,7 @@ def test_a_dropped_destructive_hint_stays_destructive_and_its_acceptance_asks_ag
                                                                                    registered: Server) -> None:
     server = registered
     # GIVEN an agent approved for the destructive write (v1)
+    _first_call(admin)
     _approve_waiting(admin, mcp)
     assert len(server.calls) == 1
     # WHEN the server drops the destructive hint (still a write)
@@ -235,6 +236,7 @@ def test_a_tool_dropped_and_listed_again_read_only_is_still_guarded(admin: Admin
 def test_a_renamed_tool_is_a_new_tool_and_gains_nothing_of_the_old_ones(admin: Admin, client: Client, mcp: Mcp,
                                                                         registered: Server) -> None:
     server = registered
+    _first_call(admin)
     _approve_waiting(admin, mcp)
     mcp.call("promote", WIPE)
     before = mcp.tool_names()
@@ -281,6 +283,7 @@ def test_an_upstream_that_flips_back_and_forth_reuses_no_approval_across_a_loose
     server = registered
     other = Mcp(client, admin.create_agent("other")["api_key"])
     # GIVEN an agent approved for the write
+    _first_call(admin)
     _approve_waiting(admin, mcp)
     # WHEN it flips to read-only: still the write it was approved for (the other agent waits)
     server.lists(READ)
@@ -376,3 +379,9 @@ def test_a_version_stored_before_guards_were_kept_is_held_to_what_it_declared(ad
     assert _tool(admin)["versions"][-1]["accepted_annotations"] == WRITE
     assert _status(_run(mcp)) == "awaiting_approval"
     assert server.calls == []
+
+
+def _first_call(admin: Admin) -> None:
+    """A person lets approvals of the server's tools stand (a destructive write asks on every call
+    by default: issue 26), so what these tests hold is the guard's part of the shape."""
+    assert admin.call("PUT", "/v1/vendors/files/approval-policy", {"policy": "first_call"}).status_code == 200

@@ -125,8 +125,9 @@ def test_a_tool_of_an_mcp_server_cannot_be_published_by_hand(admin: Admin, vendo
 
 def test_the_approval_shape_names_the_params_so_changing_them_asks_again(admin: Admin, mcp: Mcp,
                                                                           vendor: Vendor) -> None:
-    # GIVEN an approved write
+    # GIVEN an approved write (destructive, so a person lets its approvals stand: issue 26)
     _publish(admin, vendor)
+    admin.call("PUT", "/v1/tools/unleashed/search-issues/approval-policy", {"policy": "first_call"})
     waiting = mcp.call("run_tool", {"vendor": "unleashed", "name": "search-issues", "input": {"repo": "w"}})
     admin.call("POST", f"/v1/approvals/{waiting['structuredContent']['run_id']}/approve")
     assert mcp.call("run_tool", {"vendor": "unleashed", "name": "search-issues",

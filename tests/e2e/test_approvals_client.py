@@ -13,10 +13,14 @@ The person approves through the admin API, as the console's Approve does (the sa
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -37,6 +41,14 @@ HOLD_SECONDS = 6
 @pytest.fixture(scope="module")
 def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     running = start_stack(tmp_path_factory.mktemp("approvals"), {"WORKSET_APPROVAL_HOLD_SECONDS": str(HOLD_SECONDS)})
+    for _ in range(3):  # the stack's first publish loads the search model: on a busy machine, past a 10 s read
+        try:
+            running.publish({"vendor": "warmup", "name": "noop", "description": "Nothing.",
+                             "input_schema": {"type": "object"}, "annotations": {"readOnlyHint": True},
+                             "request": {"method": "GET", "url": "http://127.0.0.1:9/x"}})
+            break
+        except TimeoutError:
+            continue
     yield running
     stop_stack(running)
 
@@ -167,3 +179,22 @@ async def test_a_client_without_a_callback_keeps_todays_answer(held: Stack, vend
         result = await client.call_tool("run_tool", {"vendor": shop, "name": "create-order", "input": {"total": 5}})
     assert result.structured_content["status"] == "awaiting_approval"
     assert sent_to(vendor, shop) == []
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_the_typescript_sdk_client_gets_the_elicitation_then_the_result(held: Stack, vendor: Vendor) -> None:
+    # the TypeScript SDK's client (tests/upstreams, @modelcontextprotocol/sdk), 2025-11-25 with URL mode
+    shop = publish_write(held, vendor)
+    agent = held.new_agent()
+    person = _approve_when_asked(held, shop)
+    script = Path(__file__).parents[1] / "upstreams" / "elicit_client.mjs"
+    done = subprocess.run(["node", str(script), f"{held.url}/mcp", agent["api_key"], "run_tool",
+                           json.dumps({"vendor": shop, "name": "create-order", "input": {"total": 5}})],
+                          capture_output=True, text=True, timeout=90, check=False)
+    person.join(10)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    [asked] = answer["asked"]
+    assert asked["mode"] == "url" and asked["url"].endswith(f"/console/approvals/{asked['elicitationId']}")
+    assert answer["result"]["structuredContent"] == {"orders": [{"id": 1}]}
+    assert len(sent_to(vendor, shop)) == 1

@@ -553,3 +553,32 @@ def test_url_inputs_are_styled_as_the_text_ones(page: Any, console_stack: Stack)
     style = ("el => ['borderTopWidth', 'borderTopColor', 'borderRadius', 'paddingLeft', 'maxWidth']"
              ".map(name => getComputedStyle(el)[name])")
     assert page.locator("#token_url").evaluate(style) == page.locator("#client_id").evaluate(style)
+def test_set_every_call_on_a_tool_and_each_call_waits_again(page: Any, console_stack: Stack, vendor: Vendor) -> None:
+    # GIVEN a non-destructive write tool (asks on the first call by default)
+    shop = f"shop{uuid.uuid4().hex[:6]}"
+    console_stack.publish({"vendor": shop, "name": "refund", "description": "Refund an order.",
+                           "input_schema": {"type": "object", "properties": {"order": {"type": "string"}}},
+                           "annotations": {"destructiveHint": False},
+                           "request": {"method": "POST", "url": f"{vendor.url}/refunds"}})
+    page.goto(f"{console_stack.url}/console/tools/{shop}/refund")
+    expect(page.locator("#approval-policy")).to_have_attribute("data-policy", "first_call")
+    # WHEN the person sets it to ask on every call
+    page.click("#approval-policy button:has-text('Ask on every call')")
+    # THEN the page says so and names who set it
+    expect(page.locator("#approval-policy")).to_have_attribute("data-policy", "every_call")
+    expect(page.locator("#policy-history")).to_contain_text("every call")
+    shot(page, "14-approval-policy")
+    # AND an approved call does not let the next one through: it waits, marked in Approvals
+    agent = console_stack.new_agent()
+    first = mcp_call(console_stack, agent["api_key"], "run_tool",
+                     {"vendor": shop, "name": "refund", "input": {"order": "o1"}})["structuredContent"]
+    page.goto(console_stack.url + "/console/approvals/" + first["run_id"])
+    expect(page.locator("#every-call")).to_be_visible()
+    page.click("button:has-text('Approve')")
+    expect(page.locator("#status")).to_contain_text("succeeded")
+    second = mcp_call(console_stack, agent["api_key"], "run_tool",
+                      {"vendor": shop, "name": "refund", "input": {"order": "o2"}})["structuredContent"]
+    assert second["status"] == "awaiting_approval" and second["run_id"] != first["run_id"]
+    page.goto(f"{console_stack.url}/console/approvals")
+    expect(page.locator(f"tr[data-run='{second['run_id']}'] .every-call")).to_be_visible()
+    assert len([r for r in vendor.received if r["path"] == "/refunds"]) == 1
