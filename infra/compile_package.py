@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import py_compile
+import re
 import subprocess
 import sys
 import tempfile
@@ -84,8 +85,21 @@ def stage_environment(out: Path) -> dict[str, str]:
     """The API function's environment from the built template, as Lambda sets it."""
     template = json.loads((out / "sam.json").read_text())
     variables = template["Resources"]["APIHandler"]["Properties"]["Environment"]["Variables"]
+    # the template sets the stage's names from its Stage parameter: as infra/build.sh packaged it
+    stage = os.environ.get("WORKSET_STAGE", "dev")
+    values = {"Stage": stage, "HistoryRetentionDays": "400", "MaxListensPerAccount": "10"}
+    variables = {name: _resolved(value, values) for name, value in variables.items()}
     return {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
             "OPENBLAS_NUM_THREADS": "1", **variables}
+
+
+def _resolved(value: object, values: dict[str, str]) -> str:
+    """A template value (a string, a Ref to a parameter, an Fn::Sub over parameters) as a string."""
+    if isinstance(value, dict) and set(value) == {"Ref"}:
+        return values[value["Ref"]]
+    if isinstance(value, dict) and set(value) == {"Fn::Sub"}:
+        return re.sub(r"\$\{(\w+)\}", lambda match: values[match.group(1)], value["Fn::Sub"])
+    return str(value)
 
 
 def compile_package(out: Path) -> tuple[int, int]:

@@ -1,8 +1,27 @@
 #!/usr/bin/env bash
 # Deploy one stage of Workset to AWS with CloudFormation:
-#   infra/deploy.sh dev|prod S3_BUCKET [Parameter=value ...]
+#   infra/deploy.sh [--preview] STAGE S3_BUCKET [--tag Key=Value ...] [Parameter=value ...]
+#   infra/deploy.sh --rollback STAGE S3_BUCKET
+# STAGE is any name of lower-case letters, digits and dashes starting with a letter (at most 21):
+# the stack is workset-STAGE, its tables, queues and key alias workset-STAGE-*.
 # S3_BUCKET holds the deployment package (any bucket of the account in the same region).
 # Needs AWS credentials and region, the AWS CLI, and the project's venv (./dev up creates it).
+# Before building (3 minutes), it checks the CLI, the credentials, the bucket and, with access
+# logs on, the region's API Gateway CloudWatch role; any missing stops it with what to do.
+#
+# --preview  builds and uploads, then makes a CloudFormation change set and prints what it would
+#            add, modify (and whether it replaces) or remove, without executing it. Execute it
+#            with the command printed, or delete it (`aws cloudformation delete-change-set`).
+# --tag Key=Value  (repeatable) a stack tag: CloudFormation puts them on every resource it makes (for
+#            accounts whose policies require tags); each resource also carries workset:stage and
+#            cost-center (the CostCenter parameter).
+# --rollback returns the stack to the release deployed before the current one, in one step, with
+#            no build: each deploy keeps its packaged template at
+#            s3://S3_BUCKET/workset-STAGE/releases/<UTC time>.yaml (the code it names stays in the
+#            bucket: `aws cloudformation package` stores it by content hash), and the rollback
+#            deploys the previous one with the stack's current parameters. Tables are never rolled
+#            back (they keep their data); a release whose template lacks an index the data needs
+#            is the one case to think about first.
 #
 # Template parameters (infra/resources.json; each optional, and an update keeps a parameter's
 # previous value unless it is given again; `Name=` clears one):
@@ -66,21 +85,80 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage="usage: infra/deploy.sh dev|prod S3_BUCKET [Parameter=value ...]"
+usage="usage: infra/deploy.sh [--preview] STAGE S3_BUCKET [--tag Key=Value ...] [Parameter=value ...]
+       infra/deploy.sh --rollback STAGE S3_BUCKET"
+mode=deploy
+case ${1:-} in
+  --preview) mode=preview; shift ;;
+  --rollback) mode=rollback; shift ;;
+esac
 stage=${1:?$usage}
 bucket=${2:?$usage}
 shift 2
-for override in "$@"; do
-  case $override in
-    PublicDomain=* | AlarmTopicArn=* | AlarmEmail=* | LogRetentionInDays=* | ApiThrottleRateLimit=* | ApiThrottleBurstLimit=* | WebAclArn=*) ;;
-    *) echo "unknown parameter override: $override" >&2; echo "$usage" >&2; exit 2 ;;
+if ! [[ $stage =~ ^[a-z][a-z0-9-]{0,20}$ ]] || [[ $stage == *- ]] || [[ $stage == *--* ]]; then
+  echo "a stage is lower-case letters, digits and single dashes, starting with a letter, at most 21: $stage" >&2
+  exit 2
+fi
+tags=()
+overrides=()
+access_logs=On
+while [ $# -gt 0 ]; do
+  case $1 in
+    --tag)
+      if ! [[ ${2:-} =~ ^[A-Za-z0-9_.:/+@\ -]{1,128}=[A-Za-z0-9_.:/+@=\ -]{0,256}$ ]]; then
+        echo "--tag takes Key=Value (letters, digits, spaces and _.:/+@=-): ${2:-}" >&2; exit 2
+      fi
+      tags+=("$2"); shift ;;
+    PublicDomain=* | AlarmTopicArn=* | AlarmEmail=* | LogRetentionInDays=* | ApiThrottleRateLimit=* | ApiThrottleBurstLimit=* | WebAclArn=* | PermissionsBoundaryArn=* | Tracing=* | CostCenter=* | EndpointType=* | ApiAccessLogs=* | ApiReservedConcurrency=* | HistoryRetentionDays=* | Backups=* | BackupRetentionDays=* | BackupCopyVaultArn=* | AlarmApiErrorRatePercent=* | AlarmLatencyP99Ms=* | AlarmQueueAgeSeconds=* | AlarmConcurrentExecutions=* | AlarmFunctionErrors=* | AlarmTableThrottleEvents=* | MaxListensPerAccount=*) ;;
+    *) echo "unknown parameter override: $1" >&2; echo "$usage" >&2; exit 2 ;;
   esac
+  if [[ $1 == *=* ]]; then overrides+=("$1"); fi
+  if [[ $1 == ApiAccessLogs=* ]]; then access_logs=${1#ApiAccessLogs=}; fi
+  shift
 done
-export AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-$(aws configure get region)}
 stack=workset-$stage
+releases=s3://$bucket/$stack/releases
+
+# Early checks: each answers in a second, before a 3-minute build.
+if ! command -v aws >/dev/null; then
+  echo "the AWS CLI is not installed (aws): https://docs.aws.amazon.com/cli/ (version 2)" >&2; exit 1
+fi
+export AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-$(aws configure get region || true)}
+if [ -z "$AWS_DEFAULT_REGION" ]; then echo "no AWS region: set AWS_DEFAULT_REGION or aws configure" >&2; exit 1; fi
+if ! account=$(aws sts get-caller-identity --query Account --output text 2>/dev/null); then
+  echo "no usable AWS credentials (aws sts get-caller-identity failed): aws configure, or aws sso login" >&2; exit 1
+fi
+if ! aws s3api head-bucket --bucket "$bucket" >/dev/null 2>&1; then
+  echo "bucket $bucket is missing or not yours in account $account: aws s3 mb s3://$bucket" >&2; exit 1
+fi
+if [ "$mode" != rollback ] && [ "$access_logs" = On ]; then
+  role=$(aws apigateway get-account --query cloudwatchRoleArn --output text 2>/dev/null || true)
+  if [ -z "$role" ] || [ "$role" = None ]; then
+    echo "API Gateway in $AWS_DEFAULT_REGION has no CloudWatch role, which access logs need: set one once per" >&2
+    echo "region (README.md, Deploying to AWS), or deploy with ApiAccessLogs=Off" >&2
+    exit 1
+  fi
+fi
+echo "deploying stage $stage as $stack to account $account in $AWS_DEFAULT_REGION"
+
+if [ "$mode" = rollback ]; then
+  mapfile -t kept < <(aws s3 ls "$releases/" | awk '{print $4}' | grep '\.yaml$' | sort)
+  if [ ${#kept[@]} -lt 2 ]; then echo "no earlier release of $stack in $releases/" >&2; exit 1; fi
+  previous=${kept[${#kept[@]}-2]}
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+  aws s3 cp --quiet "$releases/$previous" "$out/packaged.yaml"
+  echo "rolling $stack back to $previous"
+  aws cloudformation deploy --template-file "$out/packaged.yaml" --stack-name "$stack" \
+    --capabilities CAPABILITY_IAM CAPABILITY_AUTO_EXPAND --no-fail-on-empty-changeset \
+    --parameter-overrides "Stage=$stage"
+  # the rolled-back release becomes the newest, so a second rollback goes one further back
+  aws s3 cp --quiet "$out/packaged.yaml" "$releases/$(date -u +%Y%m%dT%H%M%SZ)-rollback-to-$previous"
+  exit 0
+fi
+
 out=build/deploy-$stage
 infra/build.sh "$stage" "$out"
-
 # The console secret: made once, never overwritten (describe-parameters answers without decrypting).
 secret_name=/workset/$stage/console-secret
 secret_type=$(aws ssm describe-parameters --parameter-filters "Key=Name,Values=$secret_name" \
@@ -124,6 +202,21 @@ fi
 
 aws cloudformation package --template-file "$out/sam.json" --s3-bucket "$bucket" \
   --output-template-file "$out/packaged.yaml"
-aws cloudformation deploy --template-file "$out/packaged.yaml" --stack-name "$stack" \
-  --capabilities CAPABILITY_IAM --no-fail-on-empty-changeset --parameter-overrides "Stage=$stage" "$@"
+deploy=(aws cloudformation deploy --template-file "$out/packaged.yaml" --stack-name "$stack"
+  --capabilities CAPABILITY_IAM CAPABILITY_AUTO_EXPAND --no-fail-on-empty-changeset
+  --parameter-overrides "Stage=$stage" "${overrides[@]}")
+if [ ${#tags[@]} -gt 0 ]; then deploy+=(--tags "${tags[@]}"); fi
+if [ "$mode" = preview ]; then
+  "${deploy[@]}" --no-execute-changeset | tee "$out/change-set.txt"
+  change_set=$(aws cloudformation list-change-sets --stack-name "$stack" \
+    --query "reverse(sort_by(Summaries, &CreationTime))[0].ChangeSetId" --output text)
+  aws cloudformation describe-change-set --change-set-name "$change_set" \
+    --query "Changes[].ResourceChange.{action:Action,resource:LogicalResourceId,type:ResourceType,replace:Replacement}" \
+    --output table
+  echo "to apply it: aws cloudformation execute-change-set --change-set-name $change_set"
+  echo "(then keep it as a release: aws s3 cp $out/packaged.yaml $releases/\$(date -u +%Y%m%dT%H%M%SZ).yaml)"
+  exit 0
+fi
+"${deploy[@]}"
+aws s3 cp --quiet "$out/packaged.yaml" "$releases/$(date -u +%Y%m%dT%H%M%SZ).yaml"
 aws cloudformation describe-stacks --stack-name "$stack" --query "Stacks[0].Outputs" --output table

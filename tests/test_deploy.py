@@ -10,8 +10,6 @@ something is wrong.
 - No dependency cycle in the packaged template (cfn-lint does not look for one): a function that
   named its own API in its environment would make one, which is why the URL goes through SSM.
 - A log group per function, named after it, kept `LogRetentionInDays`.
-- Alarms: each dead-letter queue's depth, each function's errors and throttles, the API's 5xx,
-  each table's throttling; all notify the alarm topic.
 - subscriptions/listen: the hold ends 5 s before the Lambda timeout (and so before API Gateway's
   29 s); an idle listen's DynamoDB reads and GB-seconds.
 """
@@ -31,9 +29,8 @@ from chalice.test import Client
 
 from bench.dynamo_calls import DynamoCalls
 from chalicelib import config as app_config
-from chalicelib import log, workingset
+from chalicelib import workingset
 from chalicelib.store import outbox
-from chalicelib.store.models import TABLES
 from tests.conftest import Admin, Mcp
 from tests.iam import (
     allows,
@@ -48,10 +45,10 @@ from tests.infra import (
     CHALICE_DIR,
     CHALICE_FUNCTIONS,
     KEY_ARN,
-    QUEUES,
     ROOT,
     AwsCall,
     deployed_settings,
+    evaluate,
     own_resources,
     packaged_fixture,  # noqa: F401 - fixture `packaged`: `chalice package`, once for this module
     policy,
@@ -324,7 +321,8 @@ def test_a_function_naming_its_own_api_would_make_a_cycle(packaged: dict[str, An
 def log_group_problems(doc: dict[str, Any], functions: list[str]) -> list[str]:
     """What is wrong with the functions' log groups (nothing: [])."""
     groups = {logical_id: resource for logical_id, resource in doc["Resources"].items()
-              if resource.get("Type") == "AWS::Logs::LogGroup"}
+              if resource.get("Type") == "AWS::Logs::LogGroup" and logical_id != "ApiAccessLogGroup"}  # the API's
+    # access log (tests/test_infra_edge.py)
     named = {json.dumps(resource["Properties"].get("LogGroupName"), sort_keys=True): logical_id
              for logical_id, resource in groups.items()}
     problems = []
@@ -365,169 +363,7 @@ def test_a_broken_log_group_fails_the_check(break_it: Callable[[dict[str, Any]],
     assert log_group_problems(broken, CHALICE_FUNCTIONS) != []
 
 
-# ---------------------------------------------------------------------------------------------
-# Alarms
-
-TOPIC = {"Fn::If": ["MakesAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]}
-# The app's own metrics (embedded metric format, by stage) that mean something failed and was
-# left for later (a sweep step or agent, a run's end that the store would not take), or a leaked OAuth token.
-APP_METRICS = ("SweepFailures", "RunEndsUnrecorded", "OAuthReplays")
-# Every DynamoDB operation the store makes: the policy's actions, and TransactWriteItems (which
-# IAM authorizes as its parts; chalicelib/store/base.py's transaction).
-TABLE_OPERATIONS = {"TransactWriteItems"} | {
-    action.removeprefix("dynamodb:") for statement in statements_of(policy("dev"))
-    for action in as_list(statement["Action"]) if action.startswith("dynamodb:")}
-
-
-def _metric(properties: dict[str, Any]) -> tuple[str, str, dict[str, str]]:
-    """(namespace, metric, dimensions as JSON) of a single-metric alarm."""
-    return (properties.get("Namespace", ""), properties.get("MetricName", ""),
-            {d["Name"]: json.dumps(d["Value"], sort_keys=True) for d in properties.get("Dimensions", [])})
-
-
-def _table_metrics(properties: dict[str, Any]) -> tuple[set[str], set[tuple[str, str | None]]]:
-    """The tables a metric-math alarm watches, and its (metric, operation) pairs, if its one
-    returned value sums all its metrics."""
-    metrics = properties.get("Metrics", [])
-    returned = [m for m in metrics if m.get("ReturnData", True)]
-    stats = [m for m in metrics if "MetricStat" in m]
-    if len(returned) != 1 or "Expression" not in returned[0] or any(m.get("ReturnData", True) for m in stats):
-        return set(), set()
-    summed = re.fullmatch(r"SUM\(\[(.*)\]\)", returned[0]["Expression"])
-    if summed is None or {i.strip() for i in summed.group(1).split(",")} != {m["Id"] for m in stats}:
-        return set(), set()
-    tables, pairs = set(), set()
-    for m in stats:
-        metric = m["MetricStat"]["Metric"]
-        dimensions = {d["Name"]: d["Value"] for d in metric["Dimensions"]}
-        if metric["Namespace"] != "AWS/DynamoDB" or m["MetricStat"]["Stat"] != "Sum":
-            return set(), set()
-        tables.add(json.dumps(dimensions.get("TableName"), sort_keys=True))
-        pairs.add((metric["MetricName"], dimensions.get("Operation")))
-    return tables, pairs
-
-
-def expected_alarms(doc: dict[str, Any]) -> dict[str, str]:
-    """What must be watched (a description -> how it is found), from the template's own queues,
-    tables and the functions."""
-    wanted = {}
-    for queue in QUEUES:
-        wanted[f"{queue.dead_letter_id} depth"] = json.dumps(("AWS/SQS", "ApproximateNumberOfMessagesVisible", {
-            "QueueName": json.dumps({"Fn::GetAtt": [queue.dead_letter_id, "QueueName"]})}), sort_keys=True)
-    for function in CHALICE_FUNCTIONS:
-        for metric in ("Errors", "Throttles"):
-            wanted[f"{function} {metric}"] = json.dumps(("AWS/Lambda", metric, {
-                "FunctionName": json.dumps({"Ref": function})}), sort_keys=True)
-    wanted["API 5XXError"] = json.dumps(("AWS/ApiGateway", "5XXError", {
-        "ApiName": json.dumps({"Fn::Sub": "workset-${Stage}"}),
-        "Stage": json.dumps(stage_config("dev").api_gateway_stage)}), sort_keys=True)
-    for logical_id, resource in doc["Resources"].items():
-        if resource.get("Type") == "AWS::DynamoDB::Table":
-            wanted[f"{logical_id} throttling"] = json.dumps({"Ref": logical_id})
-    for metric in APP_METRICS:
-        wanted[f"the app's {metric}"] = json.dumps((log.NAMESPACE, metric, {"stage": json.dumps({"Ref": "Stage"})}),
-                                                   sort_keys=True)
-    return wanted
-
-
-def alarm_problems(doc: dict[str, Any]) -> list[str]:
-    """What is wrong with the template's alarms (nothing: [])."""
-    alarms = {logical_id: resource["Properties"] for logical_id, resource in doc["Resources"].items()
-              if resource.get("Type") == "AWS::CloudWatch::Alarm"}
-    problems = []
-    found: dict[str, str] = {}
-    for logical_id, properties in alarms.items():
-        # anything at all in a period is worth a look: a parked message, a crash, a throttle
-        shape = {key: properties.get(key) for key in ("ComparisonOperator", "Threshold", "EvaluationPeriods",
-                                                      "TreatMissingData", "AlarmActions", "OKActions")}
-        if shape != {"ComparisonOperator": "GreaterThanThreshold", "Threshold": 0, "EvaluationPeriods": 1,
-                     "TreatMissingData": "notBreaching", "AlarmActions": [TOPIC], "OKActions": [TOPIC]}:
-            problems.append(f"{logical_id}: {shape}")
-        if "Metrics" in properties:
-            tables, pairs = _table_metrics(properties)
-            wanted = {("ReadThrottleEvents", None), ("WriteThrottleEvents", None)} | {
-                ("ThrottledRequests", operation) for operation in TABLE_OPERATIONS}
-            if len(tables) != 1 or pairs != wanted:
-                problems.append(f"{logical_id} does not sum {sorted(wanted, key=str)} of one table: {sorted(pairs, key=str)}")
-            for table in tables:
-                found[table] = logical_id
-        else:
-            namespace, metric, dimensions = _metric(properties)
-            found[json.dumps((namespace, metric, dimensions), sort_keys=True)] = logical_id
-            statistic = "Maximum" if namespace == "AWS/SQS" else "Sum"
-            if properties.get("Statistic") != statistic:
-                problems.append(f"{logical_id} takes the {properties.get('Statistic')}, want the {statistic}")
-    for what, key in expected_alarms(doc).items():
-        if key not in found:
-            problems.append(f"nothing watches {what}")
-    if len(alarms) != len(expected_alarms(doc)):
-        problems.append(f"{len(alarms)} alarms for {len(expected_alarms(doc))} things to watch")
-    return problems
-
-
-def test_the_alarms_watch_the_dead_letters_the_functions_the_api_and_the_tables() -> None:
-    assert alarm_problems(template()) == []
-    assert len(expected_alarms(template())) == (len(QUEUES) + 2 * len(CHALICE_FUNCTIONS) + 1 + len(TABLES)
-                                                + len(APP_METRICS))
-
-
-def test_the_alarms_notify_a_topic_the_stack_makes_unless_one_is_given() -> None:
-    doc = template()
-    assert doc["Conditions"]["MakesAlarmTopic"] == {"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}
-    assert doc["Resources"]["AlarmTopic"]["Condition"] == "MakesAlarmTopic"
-    subscription = doc["Resources"]["AlarmEmailSubscription"]
-    assert subscription["Condition"] == "SubscribesAlarmEmail"
-    assert subscription["Properties"] == {"TopicArn": {"Ref": "AlarmTopic"}, "Protocol": "email",
-                                          "Endpoint": {"Ref": "AlarmEmail"}}
-    assert {"Condition": "MakesAlarmTopic"} in doc["Conditions"]["SubscribesAlarmEmail"]["Fn::And"]
-    for name in ("AlarmTopicArn", "AlarmEmail", "PublicDomain"):
-        assert doc["Parameters"][name]["Default"] == "", name
-    pattern = doc["Parameters"]["AlarmTopicArn"]["AllowedPattern"]
-    assert re.fullmatch(pattern, "arn:aws:sns:eu-west-1:123456789012:ops-alarms")
-    assert not re.fullmatch(pattern, "arn:aws:sqs:eu-west-1:123456789012:ops")
-
-
-def test_the_api_alarm_names_the_packaged_api(packaged: dict[str, Any]) -> None:
-    """REST APIs' metrics are by API name and stage: the name must be the stage's own."""
-    api = packaged["template"]["Resources"]["RestAPI"]["Properties"]
-    alarm = packaged["template"]["Resources"]["ApiServerErrorsAlarm"]["Properties"]
-    dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
-    assert dimensions["ApiName"] == api["Name"] == api["DefinitionBody"]["info"]["title"]
-    assert resolve(api["Name"], {"Stage": "dev"}) == "workset-dev"
-    assert dimensions["Stage"] == api["StageName"]
-    assert alarm_problems(packaged["template"]) == []
-
-
-def _drop(logical_id: str) -> Callable[[dict[str, Any]], Any]:
-    return lambda doc: doc["Resources"].pop(logical_id)
-
-
-def _properties(logical_id: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    return lambda doc: doc["Resources"][logical_id]["Properties"]
-
-
-@pytest.mark.parametrize("break_it", [
-    _drop("SweepDeadLetterQueueAlarm"),
-    _drop("RunsTableThrottlesAlarm"),
-    _drop("WebhookConsumerThrottlesAlarm"),
-    lambda doc: _properties("SweepDeadLetterQueueAlarm")(doc)["Dimensions"][0].update(
-        Value={"Fn::GetAtt": ["SweepQueue", "QueueName"]}),
-    lambda doc: _properties("SweepErrorsAlarm")(doc)["Dimensions"][0].update(Value={"Ref": "SweepWorker"}),
-    lambda doc: _properties("ApiServerErrorsAlarm")(doc)["Dimensions"][0].update(Value="workset"),
-    lambda doc: _properties("ApiServerErrorsAlarm")(doc).update(MetricName="4XXError"),
-    lambda doc: _properties("AgentsTableThrottlesAlarm")(doc)["Metrics"].pop(),
-    lambda doc: _properties("AgentsTableThrottlesAlarm")(doc)["Metrics"][0].update(Expression="MAX([read_events])"),
-    lambda doc: _properties("AgentsTableThrottlesAlarm")(doc)["Metrics"][1]["MetricStat"]["Metric"][
-        "Dimensions"][0].update(Value={"Ref": "RunsTable"}),
-    lambda doc: _properties("APIHandlerErrorsAlarm")(doc).update(Threshold=5),
-    lambda doc: _properties("APIHandlerErrorsAlarm")(doc).update(AlarmActions=[]),
-    lambda doc: _properties("WebhookDeadLetterQueueAlarm")(doc).update(Statistic="Average"),
-    lambda doc: _properties("ToolsTableThrottlesAlarm")(doc).update(TreatMissingData="breaching"),
-])
-def test_a_broken_alarm_fails_the_check(break_it: Callable[[dict[str, Any]], Any]) -> None:
-    broken = template()
-    break_it(broken)
-    assert alarm_problems(broken) != []
+# (The alarms and the dashboard: tests/test_infra_alarms.py.)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,7 +374,8 @@ def test_the_listen_hold_ends_before_lambda_and_api_gateway_give_up(packaged: di
     """Held to the timeout, Lambda ends an idle listen and API Gateway answers 502; the margin is
     the function's time to answer after the hold (one read, the response)."""
     function = packaged["template"]["Resources"]["APIHandler"]
-    hold = settings_under(function["Properties"]["Environment"]["Variables"]).listen_hold_seconds
+    variables = evaluate(function["Properties"]["Environment"]["Variables"], {"Stage": "dev", "HistoryRetentionDays": "400", "MaxListensPerAccount": "10"})
+    hold = settings_under(variables).listen_hold_seconds
     timeout = function["Properties"]["Timeout"]
     assert hold <= timeout - LAMBDA_MARGIN_SECONDS
     assert hold <= API_GATEWAY_LIMIT_SECONDS - LAMBDA_MARGIN_SECONDS
@@ -585,7 +422,7 @@ def _listen(mcp: Mcp) -> Any:
     return mcp.post("subscriptions/listen", {"notifications": {"toolsListChanged": True}})
 
 
-def test_an_idle_listen_costs_six_reads_and_ten_gb_seconds(mcp: Mcp, settings_env: Any, polls: list[float]) -> None:
+def test_an_idle_listen_costs_six_reads_two_slot_writes_and_ten_gb_seconds(mcp: Mcp, settings_env: Any, polls: list[float]) -> None:
     # GIVEN the deployed hold and memory
     hold = deployed_settings("prod").listen_hold_seconds
     memory_gb = stage_config("prod").lambda_memory_size / 1024
@@ -598,7 +435,10 @@ def test_an_idle_listen_costs_six_reads_and_ten_gb_seconds(mcp: Mcp, settings_en
     assert [n["method"] for n in answer.notifications] == ["notifications/subscriptions/acknowledged"]
     assert polls == [1, 3, 7, 12, 17, 20] and hold == 20
     assert made.count("GetItem") == len(polls)
-    assert len(made) == len(polls) + 1  # and the one Query that authenticates the agent
+    # and the one Query that authenticates the agent, and the account's listen slot taken and given
+    # back (two conditional UpdateItems: chalicelib/store/listens.py)
+    assert made.count("UpdateItem") == 2
+    assert len(made) == len(polls) + 3
     # and the function is held for memory x hold GB-seconds: 0.5 GB x 20 s (was 1 GB x 25 s)
     assert memory_gb * hold == 10
 

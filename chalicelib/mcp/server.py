@@ -11,7 +11,7 @@ from typing import Any
 from chalicelib import accounts, jsontext, log, policies, runs, usage, workingset
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
-from chalicelib.errors import WorksetError
+from chalicelib.errors import ListenLimit, WorksetError
 from chalicelib.mcp import approvals, extensions, protocol, tasks
 from chalicelib.mcp.metatools import INSTRUCTIONS, META_TOOLS, Call, listed, split_name
 from chalicelib.mcp.protocol import (
@@ -55,6 +55,7 @@ Handler = Callable[[AgentState, Request, datetime], "dict[str, Any] | Reply"]
 LIST_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 LIST_PAGE_BYTES = 1_000_000  # a tools/list page ends past this: far under Lambda's 6 MB answer
 LIST_CURSOR = "tools-from-"
+LISTEN_LIMITED = -32029  # the account holds its most listens at once (WORKSET_MAX_LISTENS_PER_ACCOUNT)
 
 
 def handle(raw: bytes, headers: Mapping[str, str], *, now: datetime | None = None) -> HttpAnswer:
@@ -200,8 +201,15 @@ def _listen(state: AgentState, request: Request, now: datetime) -> Reply:
                                      "params": {"notifications": honored, "_meta": meta}}]
     # the request is held (a buffered gateway cannot stream) until the set changes or the hold
     # ends; the client listens again after the close
-    if wants_tools and workingset.wait_for_change(state, hold_seconds=settings().listen_hold_seconds):
-        events.append({**LIST_CHANGED, "params": {"_meta": meta}})
+    if wants_tools:
+        hold = settings().listen_hold_seconds
+        try:  # each held listen is one busy Lambda execution: an account holds a bounded number
+            with workingset.listen_slot(state, now, hold_seconds=hold):
+                changed = workingset.wait_for_change(state, hold_seconds=hold)
+        except ListenLimit as error:
+            raise ProtocolError(LISTEN_LIMITED, error.message) from error
+        if changed:
+            events.append({**LIST_CHANGED, "params": {"_meta": meta}})
     return Reply({"resultType": "complete", "_meta": meta}, events=events)
 
 

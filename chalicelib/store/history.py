@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 import secrets
+from datetime import timedelta
 
 from chalicelib.clock import iso
+from chalicelib.config import settings
 from chalicelib.store.base import page
 from chalicelib.store.models import HistoryItem
 from chalicelib.store.records import HistoryEvent, Page
@@ -24,6 +26,7 @@ def new_item(agent_id: str, event: HistoryEvent) -> HistoryItem:
         cause=event.cause,
         actor=event.actor,
         at=event.at,
+        ttl=event.at + timedelta(days=settings().history_retention_days),
     )
 
 

@@ -65,6 +65,7 @@ OAUTH_CLIENT_PREFIX = "oauth-client#"
 OAUTH_CODE_PREFIX = "oauth-code#"
 OAUTH_SPENT_PREFIX = "oauth-spent#"
 OAUTH_QUOTA_PREFIX = "oauth-quota#"
+LISTEN_SLOT_PREFIX = "listen#"
 GRANT_PREFIX = "G#"
 SHARDS = 4  # partitions of each index the sweep reads: a sweep with nothing due makes 3 x SHARDS queries
 VERSION_PREFIX = "V#"
@@ -162,6 +163,16 @@ class OAuthQuotaItem(Model):
     Meta = _meta("admin-tokens")
     token_hash = UnicodeAttribute(hash_key=True)
     used = NumberAttribute(null=True)  # not `count`: that is pynamodb's Model.count
+    ttl = TTLAttribute(null=True)
+
+
+class ListenSlotItem(Model):
+    """One of an account's slots for a held `subscriptions/listen` (`LISTEN_SLOT_PREFIX` + account
+    + slot number): held by one request until `ttl`, which also lets DynamoDB drop it later."""
+
+    Meta = _meta("admin-tokens")
+    token_hash = UnicodeAttribute(hash_key=True)
+    holder = UnicodeAttribute(null=True)
     ttl = TTLAttribute(null=True)
 
 
@@ -510,7 +521,7 @@ class PolicyItem(Model):
 
 
 class HistoryItem(Model):
-    """One promotion, demotion, pin or unpin; never edited or deleted."""
+    """One promotion, demotion, pin or unpin; never edited; expires after the stage's retention."""
 
     Meta = _meta("history")
     agent_id = UnicodeAttribute(hash_key=True)
@@ -521,6 +532,7 @@ class HistoryItem(Model):
     cause = UnicodeAttribute()
     actor = UnicodeAttribute()
     at = UTCDateTimeAttribute()
+    ttl = TTLAttribute(null=True)  # DynamoDB removes the event this long after it (HistoryRetentionDays)
 
 
 class RunsByAgent(GlobalSecondaryIndex["RunItem"]):
