@@ -178,16 +178,28 @@ class Session:
         pytest.fail("the local stack did not start:\n" + (log.read_text() if log.exists() else ""))
 
     def close(self) -> None:
-        """Stop the stack as Ctrl-C would, then everything the blocks started (one process group)."""
+        """Stop the stack as Ctrl-C would, then everything the blocks started (the session's process
+        group), also when a failing block ended the session first."""
         if self.process.poll() is None:
+            self.run("kill -INT $STACK_PID; wait $STACK_PID || true", timeout=30)
+        for sent, grace in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 5.0)):
             try:
-                self.run("kill -INT $STACK_PID; wait $STACK_PID || true", timeout=30)
-            finally:
-                try:
-                    os.killpg(self.process.pid, signal.SIGTERM)
-                    self.process.wait(timeout=10)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    os.killpg(self.process.pid, signal.SIGKILL)
+                os.killpg(self.process.pid, sent)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and _group_alive(self.process.pid):
+                self.process.poll()  # reap the session's own process, if it is the one left
+                time.sleep(0.1)
+        self.process.poll()
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 README_BLOCKS = blocks(README.read_text())
