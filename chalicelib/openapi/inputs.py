@@ -27,6 +27,9 @@ _PLUS_JSON = re.compile(r"application/[\w.+-]+\+json")
 _FORM_STYLES = ("form", "deepObject")  # what the form encoding sends: repeated keys, a[b]=c
 _FLATTENABLE = frozenset({"type", "properties", "required", "additionalProperties", "title", "description", "allOf"})
 _ABSENT: Any = object()
+_BYTES = frozenset({"application/octet-stream", "application/pdf", "application/zip", "application/gzip"})
+_BYTE_KINDS = frozenset({"image", "audio", "video", "font"})  # image/png, audio/*, ...
+_STRUCTURE = frozenset({"properties", "items", "allOf", "anyOf", "oneOf", "additionalProperties"})
 
 
 @dataclass
@@ -77,7 +80,7 @@ class Fields:
 
 def read_body(schemas: Schemas, operation: Operation) -> Body | None:
     """The operation's request body; None when it has none, or an optional one in no media type
-    Workset sends (Skip when such a body is required)."""
+    Workset sends (Skip when such a body is required, or is a file upload: multipart or bytes)."""
     if "requestBody" not in operation.spec:
         return None
     body, where = schemas.refs.deref(operation.spec["requestBody"], (*operation.where, "requestBody"))
@@ -86,10 +89,10 @@ def read_body(schemas: Schemas, operation: Operation) -> Body | None:
         raise InvalidInput(f"the request body {at(where)} needs `content`, a mapping of media types")
     required = body.get("required") is True
     try:
-        media, form = _sendable_media(content)
+        media, form = _sendable_media(schemas, content)
     except Skip:
-        if required:
-            raise
+        if required or _uploads(schemas, content):
+            raise  # an optional upload still has the file as its point: no tool that cannot send it
         return None  # optional: the tool sends none
     raw = content[media].get("schema", {}) if isinstance(content[media], dict) else {}
     schema = schemas.schema(raw, (*where, "content", media, "schema"))
@@ -192,13 +195,17 @@ def _flat(schemas: Schemas, node: Any, depth: int = 0) -> _Flat | None:
     return flat
 
 
-def _sendable_media(content: dict[str, Any]) -> tuple[str, bool]:
-    """The media type the body goes as, and whether it is a form: JSON when offered, else a form
-    whose encoding Workset's matches; Skip saying what is offered otherwise."""
+def _sendable_media(schemas: Schemas, content: dict[str, Any]) -> tuple[str, bool]:
+    """The media type the body goes as, and whether it is a form: JSON when offered (`*/*` only
+    for a schema of JSON structure), else a form whose encoding Workset's matches; Skip saying
+    what is offered otherwise."""
     media = json_media(content)
-    if media is not None:
+    if media is not None and (_base(media) != "*/*" or _structured(schemas, content[media])):
         return media, False
     form = next((key for key in content if _base(key) == FORM), None)
+    if form is None and _uploads(schemas, content):
+        raise Skip(f"its body is a file upload ({cut(', '.join(content), 100)}), which Workset does not send: "
+                   f"a tool sends JSON or {FORM}")
     if form is None:
         raise Skip(f"no JSON or {FORM} body type (offers {cut(', '.join(content), 100) or 'none'})")
     encoding = content[form].get("encoding") if isinstance(content[form], dict) else None
@@ -208,6 +215,51 @@ def _sendable_media(content: dict[str, Any]) -> tuple[str, bool]:
             raise Skip(f"its form body encodes {shown(name)} in style {shown(style)}"
                        f"{' without explode' if style in _FORM_STYLES else ''}, which Workset does not send")
     return form, True
+
+
+def _uploads(schemas: Schemas, content: dict[str, Any]) -> bool:
+    """True when the body offered is a file: multipart, a type of bytes (application/octet-stream,
+    image/*, ...), `*/*` without a JSON structure, or a schema of `format: binary` or encoded
+    content. Sending any of these as JSON would send what the vendor does not expect."""
+    for key, entry in content.items():
+        base = _base(key)
+        if base.startswith("multipart/") or base in _BYTES or base.split("/", 1)[0] in _BYTE_KINDS:
+            return True
+        if base == "*/*" and not _structured(schemas, entry):
+            return True
+        if _binary(schemas, entry):
+            return True
+    return False
+
+
+def _structured(schemas: Schemas, entry: Any) -> bool:
+    """True for a media type entry whose schema describes JSON structure: an object or an array,
+    or alternatives or parts (allOf, anyOf, oneOf) of them. An absent schema, a string or bytes
+    is not: a `*/*` body without one is what an upload of any file type looks like."""
+    raw = _schema_of(schemas, entry)
+    if not isinstance(raw, dict) or _binary(schemas, entry):
+        return False
+    kind = raw.get("type")
+    kinds = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else set()
+    return bool(kinds & {"object", "array"}) or (not kinds and bool(raw.keys() & _STRUCTURE))
+
+
+def _binary(schemas: Schemas, entry: Any) -> bool:
+    """True for a schema of bytes: `format: binary` or `byte` (OpenAPI 3.0), or contentEncoding or
+    contentMediaType (3.1)."""
+    raw = _schema_of(schemas, entry)
+    return isinstance(raw, dict) and (raw.get("format") in ("binary", "byte")
+                                      or bool(raw.keys() & {"contentEncoding", "contentMediaType"}))
+
+
+def _schema_of(schemas: Schemas, entry: Any) -> Any:
+    """A media type entry's schema, its reference followed (None when absent or unresolvable:
+    the conversion says what is wrong with it)."""
+    raw = entry.get("schema") if isinstance(entry, dict) else None
+    try:
+        return schemas.refs.deref(raw, ())[0] if raw is not None else None
+    except (Skip, InvalidInput):
+        return None
 
 
 def _may_be_object(node: Any) -> bool:
