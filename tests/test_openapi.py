@@ -487,7 +487,7 @@ def test_a_body_media_type_ending_in_json_is_used() -> None:
 
 
 def test_an_optional_body_in_no_type_workset_sends_is_left_out() -> None:
-    # GIVEN an optional body offered only as plain text and XML (no file: an upload is skipped,
+    # GIVEN an optional body offered only as plain text and XML (a file upload is not left out:
     # tests/test_openapi_uploads.py)
     document = _document({"/s": {"post": _operation(requestBody={"content": {
         "text/plain": {"schema": {"type": "string"}}, "application/xml": {}}})}})
@@ -770,10 +770,11 @@ def test_a_ref_loop_is_refused() -> None:
 
 @pytest.mark.parametrize(("operation", "reason"), [
     (_operation(requestBody={"required": True, "content": {"text/plain": {}, "application/xml": {}}}),
-     "no JSON or application/x-www-form-urlencoded body type (offers text/plain, application/xml)"),
-    (_operation(requestBody={"required": True, "content": {"multipart/form-data": {}, "text/plain": {}}}),
-     ("its body is a file upload (multipart/form-data, text/plain), which Workset does not send: a tool sends JSON "
-      "or application/x-www-form-urlencoded")),
+     ("no JSON, application/x-www-form-urlencoded or multipart/form-data body type (offers text/plain, "
+      "application/xml)")),
+    (_operation(requestBody={"required": True, "content": {"application/octet-stream": {}, "text/plain": {}}}),
+     ("its body is a file upload (application/octet-stream, text/plain) in no type Workset sends: a tool sends "
+      "JSON, application/x-www-form-urlencoded or multipart/form-data")),
     (_operation(parameters=[{"name": "session", "in": "cookie", "required": True, "schema": {"type": "string"}}]),
      "needs cookie parameter 'session', which Workset does not send"),
     (_operation(security=[{"oauth": ["read"]}, {"oidc": []}]),

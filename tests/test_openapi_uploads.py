@@ -1,7 +1,8 @@
 """Imported documents as their vendors mean them (issue 28, goal 8): overlapping `oneOf`
 alternatives accept what the vendor accepts, an operation's callbacks do not keep the call out,
-and a body that is a file (multipart, `*/*` bytes, image/*) is skipped saying why instead of
-published as JSON or with no way to send the file. The documents are written for these tests
+a multipart upload is published with its files as base64 fields (optional body or not), and a
+body of raw bytes (`*/*` without a JSON structure, image/*) is skipped saying why instead of
+published as untyped JSON. Calls through to a vendor: tests/test_openapi_upload_calls.py. The documents are written for these tests
 (tests/openapi_documents/canvas.yaml and small ones below); hostile ones too."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tests.conftest import within
 DOCUMENTS = Path(__file__).resolve().parent / "openapi_documents"
 SERVER = "https://api.example.test/v1"
 HANG_GUARD = 30.0  # seconds; a hang guard, not a speed claim
-UPLOAD = "which Workset does not send: a tool sends JSON or application/x-www-form-urlencoded"
+UPLOAD = "in no type Workset sends: a tool sends JSON, application/x-www-form-urlencoded or multipart/form-data"
 
 
 @pytest.fixture(autouse=True)
@@ -182,13 +183,52 @@ def test_huge_and_broken_callbacks_do_not_stop_the_import() -> None:
 
 # Bodies that are files --------------------------------------------------------------------------
 
-def test_an_optional_multipart_upload_is_skipped_saying_why() -> None:
+def test_an_optional_multipart_upload_is_published_with_its_file_as_base64() -> None:
     # GIVEN uploadTexture, whose multipart body (a file and a caption) is not marked required
-    candidate = _canvas()["PUT /layers/{layer}/texture"]
+    definition = _definition(_canvas(), "PUT /layers/{layer}/texture")
 
-    # THEN it is not published without its file: it is skipped, saying the upload cannot be sent
+    # THEN it is published as a multipart call whose file is a base64 field beside the caption
+    assert definition["request"] == {"method": "PUT", "url": "https://canvas.example.test/v1/layers/{layer}/texture",
+                                     "body_format": "multipart"}
+    properties = definition["input_schema"]["properties"]
+    assert set(properties) == {"layer", "file", "caption"}
+    assert properties["file"]["contentEncoding"] == "base64" and properties["file"]["type"] == "string"
+    assert "base64" in properties["file"]["description"]
+    assert properties["caption"] == {"type": "string"}
+    assert definition["input_schema"]["required"] == ["layer"]
+
+
+def test_a_multipart_file_keeps_its_description_and_says_base64() -> None:
+    # GIVEN a required multipart body whose file is a $ref with a description
+    document = _document({"/s": {"post": _operation(requestBody={"required": True, "content": {
+        "multipart/form-data": {"schema": {"type": "object", "required": ["doc"], "properties": {
+            "doc": {"$ref": "#/components/schemas/Doc"}}}}}})}},
+        components={"schemas": {"Doc": {"type": "string", "format": "binary", "description": "A PDF."}}})
+
+    # WHEN it is converted THEN the file field says both
+    definition = _definition(_candidates(document), "POST /s")
+    assert definition["input_schema"]["properties"]["doc"] == {
+        "type": "string", "contentEncoding": "base64", "description": "A PDF. (The file's content, base64-encoded.)"}
+    assert definition["input_schema"]["required"] == ["doc"]
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ({"type": "object", "properties": {"files": {"type": "array", "items": {"type": "string", "format": "binary"}}}},
+     "sends several files in 'files'"),
+    ({"type": "object", "properties": {"limit": {"type": "string", "format": "binary"}}},
+     "not an object of fields beside the parameters"),  # clashes with the query parameter
+    ({"type": "string", "format": "binary"}, "its multipart body is not an object of fields"),
+])
+def test_a_multipart_body_a_call_cannot_send_is_skipped_saying_why(body: dict[str, Any], words: str) -> None:
+    # GIVEN multipart bodies that are not one object of single fields
+    document = _document({"/s": {"post": _operation(
+        parameters=[{"name": "limit", "in": "query", "schema": {"type": "integer"}}],
+        requestBody={"content": {"multipart/form-data": {"schema": body}}})}})
+
+    # WHEN it is converted THEN it is skipped, saying why
+    candidate = _candidates(document)["POST /s"]
     assert candidate.definition is None
-    assert candidate.reason == f"its body is a file upload (multipart/form-data), {UPLOAD}"
+    assert candidate.reason is not None and words in candidate.reason
 
 
 def test_a_star_body_of_bytes_is_skipped_not_sent_as_json() -> None:
@@ -197,7 +237,7 @@ def test_a_star_body_of_bytes_is_skipped_not_sent_as_json() -> None:
 
     # THEN it is skipped, saying why, instead of an untyped JSON body
     assert candidate.definition is None
-    assert candidate.reason == f"its body is a file upload (*/*), {UPLOAD}"
+    assert candidate.reason == f"its body is a file upload (*/*) {UPLOAD}"
 
 
 def test_a_star_body_with_a_json_structure_is_sent_as_json() -> None:
@@ -219,6 +259,7 @@ def test_a_star_body_with_a_json_structure_is_sent_as_json() -> None:
     ({"text/csv": {"schema": {"type": "string", "format": "binary"}}}, False),
     ({"application/vnd.acme.archive": {"schema": {"type": "string", "contentEncoding": "base64"}}}, False),
     ({"multipart/mixed": {"schema": {"type": "object"}}}, False),
+    ({"multipart/related": {}, "application/pdf": {}}, True),
 ])
 def test_a_file_body_is_skipped_whether_or_not_required(content: dict[str, Any], required: bool) -> None:
     # GIVEN a body that is bytes of some type, required or not
@@ -228,7 +269,7 @@ def test_a_file_body_is_skipped_whether_or_not_required(content: dict[str, Any],
     # WHEN it is converted THEN it is skipped, naming what the body offers
     candidate = _candidates(document)["POST /s"]
     assert candidate.definition is None
-    assert candidate.reason == f"its body is a file upload ({', '.join(content)}), {UPLOAD}"
+    assert candidate.reason == f"its body is a file upload ({', '.join(content)}) {UPLOAD}"
 
 
 def test_json_offered_beside_a_file_type_is_used() -> None:

@@ -60,6 +60,8 @@ class Builder:
             request["body"] = body_field
         if body is not None and body.form:
             request["body_format"] = "form"
+        if body is not None and body.multipart:
+            request["body_format"] = "multipart"
         return {"vendor": self.vendor, "name": name, "description": _description(operation),
                 "input_schema": schema, "annotations": _annotations(operation, method), "request": request}
 
