@@ -80,7 +80,9 @@ class RequestTemplate(BaseModel):
     whose value is the whole body. The other fields form an object body for POST, PUT and PATCH
     (unless `body` is named) and go to the query string otherwise. A body is JSON, or with
     `body_format: form` a form (objects as `a[b]=c`, arrays as repeated keys, or `a[0][b]=c`
-    inside objects, as Stripe and Twilio read them). Whatever publishes must run, so everything a
+    inside objects, as Stripe and Twilio read them), or with `body_format: multipart` a
+    multipart/form-data upload (a top-level field whose schema says `contentEncoding: base64` is
+    a file: its decoded bytes are the part). Whatever publishes must run, so everything a
     call would trip on is refused here."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
@@ -89,7 +91,8 @@ class RequestTemplate(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict, max_length=50)
     params: list[Param] = Field(default_factory=list, max_length=200)
     body: str | None = Field(default=None, min_length=1, max_length=200)
-    body_format: Literal["form"] | None = None  # the body as application/x-www-form-urlencoded, not JSON
+    # the body as application/x-www-form-urlencoded, or as multipart/form-data (vendor.py), not JSON
+    body_format: Literal["form", "multipart"] | None = None
 
     @field_validator("method", mode="before")
     @classmethod

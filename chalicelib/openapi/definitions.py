@@ -1,5 +1,6 @@
 """One operation into a ToolSpec payload (chalicelib.toolbox), or Skip saying why Workset cannot
-call it as described: its method, callbacks, security, parameters, URL and request."""
+call it as described: its method, security, parameters, URL and request. Callbacks are not read:
+they describe what the vendor later sends to a URL the caller gives, not the call itself."""
 
 from __future__ import annotations
 
@@ -45,8 +46,6 @@ class Builder:
         method = operation.method.upper()
         if method not in _SENDABLE:
             raise Skip(f"is an {method} operation; Workset sends GET, HEAD, POST, PUT, PATCH and DELETE")
-        if operation.spec.get("callbacks"):
-            raise Skip("has callbacks (the API calls back a URL); Workset cannot receive them")
         self._check_security(operation)
         fields = Fields()
         params = self._parameters(operation, fields)
@@ -61,6 +60,8 @@ class Builder:
             request["body"] = body_field
         if body is not None and body.form:
             request["body_format"] = "form"
+        if body is not None and body.multipart:
+            request["body_format"] = "multipart"
         return {"vendor": self.vendor, "name": name, "description": _description(operation),
                 "input_schema": schema, "annotations": _annotations(operation, method), "request": request}
 
