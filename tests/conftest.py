@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,6 +61,22 @@ def _lambda_time_as_configured() -> None:
 
 
 _lambda_time_as_configured()
+
+
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "console"
+_STARTED = pytest.StashKey[float]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_STARTED] = time.time()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Name the console's screenshot folder when this run made it (tests/e2e/test_console_browser.py):
+    here, in the process that prints, since a parallel run's workers print nothing of their own."""
+    started = config.stash.get(_STARTED, None)
+    if started is not None and SCREENSHOTS.is_dir() and SCREENSHOTS.stat().st_mtime >= started - 1:
+        terminalreporter.write_line(f"Console screenshots: {SCREENSHOTS}")
 
 
 @pytest.fixture(autouse=True)

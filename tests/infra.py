@@ -33,6 +33,7 @@ from chalice.utils import to_cfn_resource_name
 from chalicelib import config as app_config
 from chalicelib.store import queues
 from chalicelib.store.models import TABLES
+from tests.isolation import one_at_a_time
 
 ROOT = Path(__file__).resolve().parent.parent
 CHALICE_DIR = ROOT / ".chalice"
@@ -403,11 +404,12 @@ def packaged_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]
     out = tmp_path_factory.mktemp("package")
     environment = outside_environment()
     environment.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    result = subprocess.run(
-        [console_script("chalice"), "package", "--merge-template", str(RESOURCES.relative_to(ROOT)), "--stage", "dev",
-         str(out)],
-        cwd=ROOT, env=environment, capture_output=True, text=True, timeout=900, check=False,
-    )
+    with one_at_a_time("packaging"):  # never beside infra/build.sh's vendor/ (tests/isolation.py)
+        result = subprocess.run(
+            [console_script("chalice"), "package", "--merge-template", str(RESOURCES.relative_to(ROOT)), "--stage",
+             "dev", str(out)],
+            cwd=ROOT, env=environment, capture_output=True, text=True, timeout=900, check=False,
+        )
     output = result.stdout + result.stderr
     if result.returncode != 0:
         skip_if_offline(output)

@@ -33,6 +33,7 @@ from chalicelib import embedder
 from infra import compile_package
 from infra.halve_model import halve_zip
 from tests.infra import NETWORK_TROUBLE, ROOT, normal_name, outside_environment, unreachable_requirement
+from tests.isolation import one_at_a_time
 
 PACKAGE_LIMIT_BYTES = 200 * 2**20  # Lambda allows 250 MiB unzipped; keep room to grow
 NEVER_SHIPPED = {"huggingface_hub", "hf_xet"}  # tokenizers' download machinery
@@ -84,10 +85,11 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("build") / "dev"
     environment = outside_environment()
     environment.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    result = subprocess.run(
-        ["infra/build.sh", "dev", str(out)],
-        cwd=ROOT, env=environment, capture_output=True, text=True, timeout=1200, check=False,
-    )
+    with one_at_a_time("packaging"):  # its vendor/ must not reach another test's `chalice package`
+        result = subprocess.run(
+            ["infra/build.sh", "dev", str(out)],
+            cwd=ROOT, env=environment, capture_output=True, text=True, timeout=1200, check=False,
+        )
     output = result.stdout + result.stderr
     if result.returncode != 0:
         if _offline(output):
@@ -106,7 +108,8 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def probe(package: dict[str, Any]) -> dict[str, Any]:
     """What running the package's own code loads and answers (PROBE), with the function's settings."""
-    variables = package["template"]["Resources"]["APIHandler"]["Properties"]["Environment"]["Variables"]
+    variables = compile_package.resolved_variables(
+        package["template"]["Resources"]["APIHandler"]["Properties"]["Environment"]["Variables"], "dev")
     environment = {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "us-east-1",
                    "OPENBLAS_NUM_THREADS": "1", **variables}
     imported = sorted(compile_package.imports([package["dir"] / "app.py", *(package["dir"] / "chalicelib").rglob("*.py")]))

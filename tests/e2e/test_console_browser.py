@@ -43,12 +43,10 @@ def console_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="module")
-def browser(request: pytest.FixtureRequest) -> Iterator[Any]:
+def browser() -> Iterator[Any]:
     if SCREENSHOTS.exists():
         shutil.rmtree(SCREENSHOTS)
-    SCREENSHOTS.mkdir(parents=True)
-    with request.config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
-        print(f"\nConsole screenshots: {SCREENSHOTS}", flush=True)  # printed once, past pytest's capture
+    SCREENSHOTS.mkdir(parents=True)  # tests/conftest.py names the folder at the end of the run
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield launched
