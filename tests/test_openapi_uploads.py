@@ -213,6 +213,22 @@ def test_a_multipart_file_keeps_its_description_and_says_base64() -> None:
     assert definition["input_schema"]["required"] == ["doc"]
 
 
+def test_a_multipart_field_the_vendor_reads_as_base64_is_sent_as_given() -> None:
+    # GIVEN a multipart body with a file (3.1: contentMediaType) and base64 text (format byte, contentEncoding)
+    document = _document({"/s": {"post": _operation(requestBody={"required": True, "content": {
+        "multipart/form-data": {"schema": {"type": "object", "properties": {
+            "photo": {"type": "string", "contentMediaType": "image/png"},
+            "signature": {"type": "string", "format": "byte"},
+            "token": {"$ref": "#/components/schemas/Token"}}}}}})}},
+        components={"schemas": {"Token": {"type": "string", "contentEncoding": "base64"}}})
+
+    # WHEN it is converted THEN only the file is decoded by the call; the text is the vendor's to decode
+    properties = _definition(_candidates(document), "POST /s")["input_schema"]["properties"]
+    assert properties["photo"]["contentEncoding"] == "base64"
+    assert properties["signature"] == {"type": "string", "format": "byte"}
+    assert properties["token"] == {"type": "string"}  # vendor.py decodes a contentEncoding field: not this one
+
+
 @pytest.mark.parametrize(("body", "words"), [
     ({"type": "object", "properties": {"files": {"type": "array", "items": {"type": "string", "format": "binary"}}}},
      "sends several files in 'files'"),

@@ -163,6 +163,14 @@ def _binary(schemas: Schemas, entry: Any) -> bool:
     return is_bytes(_schema_of(schemas, entry))
 
 
+def is_file(raw: Any) -> bool:
+    """True for a multipart field that is a file's bytes: `format: binary` (OpenAPI 3.0), or
+    contentMediaType without contentEncoding (3.1). `format: byte` and contentEncoding are text
+    the vendor reads as base64 itself: sent as given."""
+    return isinstance(raw, dict) and (raw.get("format") == "binary"
+                                      or ("contentMediaType" in raw and "contentEncoding" not in raw))
+
+
 def is_bytes(raw: Any) -> bool:
     """True for a schema of bytes: `format: binary` or `byte` (OpenAPI 3.0), or contentEncoding or
     contentMediaType (3.1)."""

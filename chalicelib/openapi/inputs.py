@@ -13,7 +13,7 @@ from typing import Any
 
 from chalicelib.definitions import MAX_SCHEMA_BYTES, PLACEHOLDER
 from chalicelib.jsontext import MAX_DEPTH
-from chalicelib.openapi.bodies import FILE_FIELD, MULTIPART, Body, is_bytes
+from chalicelib.openapi.bodies import FILE_FIELD, MULTIPART, Body, is_file
 from chalicelib.openapi.problems import Skip, shown
 from chalicelib.openapi.schemas import Inliner, Overflow, Schemas, json_size
 
@@ -143,7 +143,7 @@ def _flat(schemas: Schemas, node: Any, depth: int = 0) -> _Flat | None:
 
 
 def _multipart(schemas: Schemas, flat: _Flat | None) -> _Flat:
-    """A multipart body's fields, each file (`format: binary`, or encoded content) a base64 string
+    """A multipart body's fields, each file (bodies.is_file) a base64 string
     that the call decodes into the part's bytes (vendor.py). Only an object of fields flattened
     into the input: the call finds its files among the input's own properties."""
     if flat is None:
@@ -152,12 +152,15 @@ def _multipart(schemas: Schemas, flat: _Flat | None) -> _Flat:
     properties = {}
     for name, sub in flat.properties.items():
         resolved = schemas.resolved(sub)
-        if is_bytes(resolved):
+        if is_file(resolved):
             told = resolved.get("description")
             properties[name] = {**FILE_FIELD, **({"description": f"{told.strip()} ({FILE_FIELD['description']})"}
                                                  if isinstance(told, str) and told.strip() else {})}
-        elif isinstance(resolved, dict) and is_bytes(schemas.resolved(resolved.get("items"))):
+        elif isinstance(resolved, dict) and is_file(schemas.resolved(resolved.get("items"))):
             raise Skip(f"its {MULTIPART} body sends several files in {shown(name)}; a tool sends one file a field")
+        elif isinstance(resolved, dict) and "contentEncoding" in resolved:
+            # base64 text the vendor decodes itself: without the keyword, the call sends it as given
+            properties[name] = {key: value for key, value in resolved.items() if key != "contentEncoding"}
         else:
             properties[name] = sub
     return _Flat(properties, flat.required, flat.additional)
