@@ -63,6 +63,8 @@ def check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
     for name in file_fields(tool):
         if name in arguments:
             _file_bytes(name, arguments[name])
+    if template.body_format == "binary" and template.body in arguments:
+        _file_bytes(template.body, arguments[template.body])
 
 
 def file_fields(tool: Tool) -> frozenset[str]:
@@ -78,7 +80,8 @@ def file_fields(tool: Tool) -> frozenset[str]:
 
 def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None = None) -> Request:
     """The HTTP request a call sends: `{field}` placeholders in the URL filled (URL-encoded), each
-    param sent as its query parameter or header, the `body` field as the JSON body; the rest of
+    param sent as its query parameter or header, the `body` field as the JSON body (or a form, a
+    multipart upload, raw bytes from base64: `body_format`); the rest of
     the input goes to a JSON object body for POST/PUT/PATCH without a `body` field, and to the
     query string otherwise. An MCP server's tool becomes its `tools/call` message (what a preview
     shows; `perform` sends it through the MCP client). The arguments passed `check_arguments`
@@ -111,6 +114,11 @@ def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None =
         headers["Content-Type"] = FORM
     elif content is not None and template.body_format == "multipart":
         body, shown_body, headers["Content-Type"] = _multipart(content, file_fields(tool), template.body or "body")
+    elif content is not None and template.body_format == "binary":
+        body = _file_bytes(template.body or "body", content)
+        named = next((name for name in headers if name.lower() == "content-type"), "Content-Type")
+        headers.setdefault(named, FILE_TYPE)  # the type the tool or the caller gave, else plain bytes
+        shown_body = {"content_type": headers[named], "bytes": len(body)}
     elif content is not None:
         body = jsontext.dumps(content).encode()
         headers["Content-Type"] = "application/json"

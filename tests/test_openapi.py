@@ -772,8 +772,8 @@ def test_a_ref_loop_is_refused() -> None:
     (_operation(requestBody={"required": True, "content": {"text/plain": {}, "application/xml": {}}}),
      ("no JSON, application/x-www-form-urlencoded or multipart/form-data body type (offers text/plain, "
       "application/xml)")),
-    (_operation(requestBody={"required": True, "content": {"application/octet-stream": {}, "text/plain": {}}}),
-     ("its body is a file upload (application/octet-stream, text/plain) in no type Workset sends: a tool sends "
+    (_operation(requestBody={"required": True, "content": {"multipart/related": {}, "text/plain": {}}}),
+     ("its body is a file upload (multipart/related, text/plain) in no type Workset sends: a tool sends "
       "JSON, application/x-www-form-urlencoded or multipart/form-data")),
     (_operation(parameters=[{"name": "session", "in": "cookie", "required": True, "schema": {"type": "string"}}]),
      "needs cookie parameter 'session', which Workset does not send"),

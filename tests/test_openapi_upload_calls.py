@@ -94,3 +94,37 @@ def test_a_hostile_field_name_cannot_add_a_header_or_a_part(admin: Admin, mcp: M
     assert _parts(sent) == [('note%22%0D%0AX-Injected: 1%0D%0A%0D%0Afake', None, "text/plain", b"hello"),
                             ("file", "file", "application/octet-stream", b"abc")]
     assert b"\r\nX-Injected" not in sent["body"]
+
+
+def test_an_imported_raw_byte_body_sends_the_bytes_with_their_media_type(admin: Admin, mcp: Mcp,
+                                                                         vendor: Vendor) -> None:
+    # GIVEN replaceImage imported (its `*/*` body is a file of any type)
+    _import(admin, vendor)
+    arguments = {"layer": "sky", "body": base64.b64encode(FILE).decode(), "content_type": "image/png"}
+
+    # WHEN a dry run previews it THEN the preview gives the type and the size, not the bytes
+    preview = mcp.call("run_tool", {"vendor": "canvas", "name": "replace-image", "dryRun": True,
+                                    "input": arguments})["structuredContent"]["preview"]
+    assert preview["body"] == {"content_type": "image/png", "bytes": len(FILE)}
+
+    # WHEN it is called and approved
+    waiting = mcp.call("run_tool", {"vendor": "canvas", "name": "replace-image", "input": arguments})
+    run_id = waiting["structuredContent"]["run_id"]
+    assert admin.call("POST", f"/v1/approvals/{run_id}/approve").json_body["status"] == "succeeded"
+
+    # THEN the vendor got the file's exact bytes as the body, typed as the caller said
+    sent = vendor.received[-1]
+    assert (sent["method"], sent["path"], sent["body"]) == ("PUT", "/layers/sky/image", FILE)
+    assert sent["headers"]["Content-Type"] == "image/png"
+
+
+def test_a_raw_byte_body_that_is_not_base64_is_refused(admin: Admin, mcp: Mcp, vendor: Vendor) -> None:
+    # GIVEN replaceImage imported WHEN its body is not base64
+    _import(admin, vendor)
+    result = mcp.call("run_tool", {"vendor": "canvas", "name": "replace-image", "dryRun": True,
+                                   "input": {"layer": "sky", "body": "AAA", "content_type": "image/png"}})
+
+    # THEN the call is refused naming the field, and nothing reached the vendor
+    assert result["isError"] is True
+    assert "input.body: a file's content is base64" in json.dumps(result)
+    assert vendor.received == []

@@ -1,8 +1,8 @@
 """Imported documents as their vendors mean them (issue 28, goal 8): overlapping `oneOf`
 alternatives accept what the vendor accepts, an operation's callbacks do not keep the call out,
-a multipart upload is published with its files as base64 fields (optional body or not), and a
-body of raw bytes (`*/*` without a JSON structure, image/*) is skipped saying why instead of
-published as untyped JSON. Calls through to a vendor: tests/test_openapi_upload_calls.py. The documents are written for these tests
+a multipart upload is published with its files as base64 fields (optional body or not), a body
+of raw bytes (`*/*` without a JSON structure, image/*, ...) is one base64 field with its media
+type, never untyped JSON, and a file body no call can send is skipped saying why. Calls through to a vendor: tests/test_openapi_upload_calls.py. The documents are written for these tests
 (tests/openapi_documents/canvas.yaml and small ones below); hostile ones too."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tests.conftest import within
 DOCUMENTS = Path(__file__).resolve().parent / "openapi_documents"
 SERVER = "https://api.example.test/v1"
 HANG_GUARD = 30.0  # seconds; a hang guard, not a speed claim
+TOKEN = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
 UPLOAD = "in no type Workset sends: a tool sends JSON, application/x-www-form-urlencoded or multipart/form-data"
 
 
@@ -212,6 +213,22 @@ def test_a_multipart_file_keeps_its_description_and_says_base64() -> None:
     assert definition["input_schema"]["required"] == ["doc"]
 
 
+def test_a_multipart_field_the_vendor_reads_as_base64_is_sent_as_given() -> None:
+    # GIVEN a multipart body with a file (3.1: contentMediaType) and base64 text (format byte, contentEncoding)
+    document = _document({"/s": {"post": _operation(requestBody={"required": True, "content": {
+        "multipart/form-data": {"schema": {"type": "object", "properties": {
+            "photo": {"type": "string", "contentMediaType": "image/png"},
+            "signature": {"type": "string", "format": "byte"},
+            "token": {"$ref": "#/components/schemas/Token"}}}}}})}},
+        components={"schemas": {"Token": {"type": "string", "contentEncoding": "base64"}}})
+
+    # WHEN it is converted THEN only the file is decoded by the call; the text is the vendor's to decode
+    properties = _definition(_candidates(document), "POST /s")["input_schema"]["properties"]
+    assert properties["photo"]["contentEncoding"] == "base64"
+    assert properties["signature"] == {"type": "string", "format": "byte"}
+    assert properties["token"] == {"type": "string"}  # vendor.py decodes a contentEncoding field: not this one
+
+
 @pytest.mark.parametrize(("body", "words"), [
     ({"type": "object", "properties": {"files": {"type": "array", "items": {"type": "string", "format": "binary"}}}},
      "sends several files in 'files'"),
@@ -231,13 +248,23 @@ def test_a_multipart_body_a_call_cannot_send_is_skipped_saying_why(body: dict[st
     assert candidate.reason is not None and words in candidate.reason
 
 
-def test_a_star_body_of_bytes_is_skipped_not_sent_as_json() -> None:
+def test_a_star_body_of_bytes_is_published_as_raw_bytes_with_a_media_type_field() -> None:
     # GIVEN replaceImage, whose required `*/*` body is `format: binary`
-    candidate = _canvas()["PUT /layers/{layer}/image"]
+    definition = _definition(_canvas(), "PUT /layers/{layer}/image")
 
-    # THEN it is skipped, saying why, instead of an untyped JSON body
-    assert candidate.definition is None
-    assert candidate.reason == f"its body is a file upload (*/*) {UPLOAD}"
+    # THEN it is not an untyped JSON body: the bytes are one base64 field, their type another,
+    # sent as the Content-Type header
+    assert definition["request"] == {
+        "method": "PUT", "url": "https://canvas.example.test/v1/layers/{layer}/image", "body": "body",
+        "body_format": "binary", "params": [{"field": "content_type", "name": "Content-Type", "in": "header"}]}
+    properties = definition["input_schema"]["properties"]
+    assert properties["body"]["contentEncoding"] == "base64"
+    assert definition["input_schema"]["required"] == ["layer", "content_type", "body"]
+    # AND the type field takes a media type, and nothing that would add a header
+    check_instance(definition["input_schema"], {"layer": "a", "body": "AA==", "content_type": "image/png"})
+    for bad in ("image", "image/png\r\nX-Injected: 1", "*/*", "a/b c"):
+        with pytest.raises(InvalidInput, match=r"^input\.content_type: "):
+            check_instance(definition["input_schema"], {"layer": "a", "body": "AA==", "content_type": bad})
 
 
 def test_a_star_body_with_a_json_structure_is_sent_as_json() -> None:
@@ -249,27 +276,53 @@ def test_a_star_body_with_a_json_structure_is_sent_as_json() -> None:
     assert "body_format" not in definition["request"]
 
 
-@pytest.mark.parametrize(("content", "required"), [
-    ({"*/*": {}}, True),  # no schema: any file type
-    ({"*/*": {"schema": {"type": "string"}}}, True),
-    ({"*/*": {"schema": {"$ref": "#/components/schemas/File"}}}, True),
-    ({"image/png": {"schema": {"type": "string", "format": "binary"}}}, False),
-    ({"application/octet-stream": {}}, False),
-    ({"image/*": {}, "text/plain": {}}, True),
-    ({"text/csv": {"schema": {"type": "string", "format": "binary"}}}, False),
-    ({"application/vnd.acme.archive": {"schema": {"type": "string", "contentEncoding": "base64"}}}, False),
-    ({"multipart/mixed": {"schema": {"type": "object"}}}, False),
-    ({"multipart/related": {}, "application/pdf": {}}, True),
+@pytest.mark.parametrize(("content", "required", "header", "type_schema"), [
+    ({"*/*": {}}, True, None, {"pattern": f"^(?:{TOKEN}/{TOKEN})$"}),  # no schema: a file of any type
+    ({"*/*": {"schema": {"type": "string"}}}, True, None, {"pattern": f"^(?:{TOKEN}/{TOKEN})$"}),
+    ({"*/*": {"schema": {"$ref": "#/components/schemas/File"}}}, False, None, {"pattern": f"^(?:{TOKEN}/{TOKEN})$"}),
+    ({"image/png": {"schema": {"type": "string", "format": "binary"}}}, False, "image/png", None),
+    ({"application/octet-stream": {}}, True, "application/octet-stream", None),
+    ({"image/*": {}, "text/plain": {}}, True, None, {"pattern": f"^(?:image/{TOKEN})$"}),
+    ({"image/png": {}, "image/svg+xml": {}}, True, None, {"enum": ["image/png", "image/svg+xml"]}),
+    ({"text/csv": {"schema": {"type": "string", "format": "binary"}}}, False, "text/csv", None),
+    ({"application/vnd.acme.archive": {"schema": {"type": "string", "contentEncoding": "base64"}}}, False,
+     "application/vnd.acme.archive", None),
+    ({"multipart/related": {}, "application/pdf": {}}, True, "application/pdf", None),
 ])
-def test_a_file_body_is_skipped_whether_or_not_required(content: dict[str, Any], required: bool) -> None:
+def test_a_raw_byte_body_is_published_whether_or_not_required(content: dict[str, Any], required: bool,
+                                                               header: str | None, type_schema: Any) -> None:
     # GIVEN a body that is bytes of some type, required or not
     document = _document({"/s": {"post": _operation(requestBody={"required": required, "content": content})}},
                          components={"schemas": {"File": {"type": "string", "format": "binary"}}})
 
-    # WHEN it is converted THEN it is skipped, naming what the body offers
-    candidate = _candidates(document)["POST /s"]
-    assert candidate.definition is None
-    assert candidate.reason == f"its body is a file upload ({', '.join(content)}) {UPLOAD}"
+    # WHEN it is converted
+    definition = _definition(_candidates(document), "POST /s")
+
+    # THEN its bytes are one base64 field, and their type a fixed header or a field the caller fills
+    assert definition["request"]["body_format"] == "binary" and definition["request"]["body"] == "body"
+    assert definition["input_schema"]["properties"]["body"]["contentEncoding"] == "base64"
+    assert definition["request"].get("headers") == ({"Content-Type": header} if header else None)
+    if type_schema is not None:
+        assert definition["request"]["params"] == [{"field": "content_type", "name": "Content-Type", "in": "header"}]
+        shown = definition["input_schema"]["properties"]["content_type"]
+        assert {key: shown[key] for key in type_schema} == type_schema
+    assert ("body" in definition["input_schema"]["required"]) is required
+
+
+@pytest.mark.parametrize("content", [
+    {"multipart/mixed": {"schema": {"type": "object"}}},
+    {"image/png\r\nX-Injected: 1": {}},  # a hostile media type never becomes a header
+    {"multipart/related": {}, "text/plain": {}},
+])
+def test_a_file_body_no_call_can_send_is_skipped_saying_why(content: dict[str, Any]) -> None:
+    # GIVEN a file body in no type a call sends, required or not
+    for required in (True, False):
+        document = _document({"/s": {"post": _operation(requestBody={"required": required, "content": content})}})
+
+        # WHEN it is converted THEN it is skipped, naming what the body offers
+        candidate = _candidates(document)["POST /s"]
+        assert candidate.definition is None
+        assert candidate.reason == f"its body is a file upload ({', '.join(content)}) {UPLOAD}"
 
 
 def test_json_offered_beside_a_file_type_is_used() -> None:
