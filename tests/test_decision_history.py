@@ -138,7 +138,7 @@ def test_an_in_client_retry_racing_the_console_still_makes_one_event(admin: Admi
     assert admin.call("POST", f"/v1/approvals/{run_id}/approve").status_code == 200
     for thread in threads:
         thread.join(15)
-    assert [a.status_code for a in answers] == [200, 200]
+    assert [a.status_code for a in answers] == [200, 200], [a.json_body for a in answers]
     [event] = _decisions(admin)
     assert (event["action"], event["run_id"]) == ("approved", run_id)
     assert len(vendor.received) == 1
