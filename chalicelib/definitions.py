@@ -80,7 +80,11 @@ class RequestTemplate(BaseModel):
     whose value is the whole body. The other fields form an object body for POST, PUT and PATCH
     (unless `body` is named) and go to the query string otherwise. A body is JSON, or with
     `body_format: form` a form (objects as `a[b]=c`, arrays as repeated keys, or `a[0][b]=c`
-    inside objects, as Stripe and Twilio read them). Whatever publishes must run, so everything a
+    inside objects, as Stripe and Twilio read them), or with `body_format: multipart` a
+    multipart/form-data upload (a top-level field whose schema says `contentEncoding: base64` is
+    a file: its decoded bytes are the part), or with `body_format: binary` raw bytes: `body`
+    names the field holding them in base64, and Content-Type (a header or a param) says their
+    type, application/octet-stream when nothing does. Whatever publishes must run, so everything a
     call would trip on is refused here."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
@@ -89,7 +93,8 @@ class RequestTemplate(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict, max_length=50)
     params: list[Param] = Field(default_factory=list, max_length=200)
     body: str | None = Field(default=None, min_length=1, max_length=200)
-    body_format: Literal["form"] | None = None  # the body as application/x-www-form-urlencoded, not JSON
+    # the body as application/x-www-form-urlencoded, multipart/form-data or raw bytes (vendor.py), not JSON
+    body_format: Literal["form", "multipart", "binary"] | None = None
 
     @field_validator("method", mode="before")
     @classmethod
@@ -126,6 +131,12 @@ class RequestTemplate(BaseModel):
                     _check_header_name(param.name, headers)
                 except ValueError as error:
                     raise ValueError(f"request.params: {error}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _binary_body_named(self) -> RequestTemplate:
+        if self.body_format == "binary" and not self.body:
+            raise ValueError("request.body: a binary body is one field of base64: name it in request.body")
         return self
 
     def header_names(self) -> list[str]:

@@ -3,7 +3,10 @@ connection's credential, preview or send it, and shape the vendor's answer."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import secrets
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlencode, urlsplit, urlunsplit
@@ -18,6 +21,9 @@ from chalicelib.outcomes import Outcome, RunStatus, failure
 
 QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 FORM = "application/x-www-form-urlencoded"
+MULTIPART = "multipart/form-data"
+FILE_ENCODING = "base64"  # a multipart tool's file: a top-level input property with this contentEncoding
+FILE_TYPE = "application/octet-stream"
 ERROR_BODY_PREVIEW = 2000
 REDACTED = "[redacted]"
 DOT_SEGMENTS = frozenset({".", ".."})
@@ -32,6 +38,7 @@ class Request:
     secrets: tuple[str, ...] = field(default=(), repr=False)
     upstream: UpstreamCall | None = None  # an MCP server's tool: `http` is its tools/call, for previews
     arguments: dict[str, Any] = field(default_factory=dict, repr=False)  # what an upstream tool is called with
+    shown_body: Any = field(default=None, repr=False)  # what a preview shows of a body that is not text
 
 
 def check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
@@ -53,11 +60,28 @@ def check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
                 and not HEADER_VALUE.fullmatch(_joined(arguments[param.field])):
             raise InvalidInput(f"input.{param.field}: a header's value is printable ASCII, at most 1000 characters",
                                field=f"input.{param.field}")
+    for name in file_fields(tool):
+        if name in arguments:
+            _file_bytes(name, arguments[name])
+    if template.body_format == "binary" and template.body in arguments:
+        _file_bytes(template.body, arguments[template.body])
+
+
+def file_fields(tool: Tool) -> frozenset[str]:
+    """A multipart tool's files: the input's own properties whose schema says `contentEncoding:
+    base64` (a file inside a nested body is not one: its schema may be a $ref)."""
+    template = tool.spec.request
+    properties = tool.spec.input_schema.get("properties")
+    if template is None or template.body_format != "multipart" or template.body or not isinstance(properties, dict):
+        return frozenset()
+    return frozenset(name for name, sub in properties.items()
+                     if isinstance(sub, dict) and sub.get("contentEncoding") == FILE_ENCODING)
 
 
 def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None = None) -> Request:
     """The HTTP request a call sends: `{field}` placeholders in the URL filled (URL-encoded), each
-    param sent as its query parameter or header, the `body` field as the JSON body; the rest of
+    param sent as its query parameter or header, the `body` field as the JSON body (or a form, a
+    multipart upload, raw bytes from base64: `body_format`); the rest of
     the input goes to a JSON object body for POST/PUT/PATCH without a `body` field, and to the
     query string otherwise. An MCP server's tool becomes its `tools/call` message (what a preview
     shows; `perform` sends it through the MCP client). The arguments passed `check_arguments`
@@ -84,15 +108,24 @@ def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None =
     elif template.body is None and template.method not in QUERY_METHODS:
         content, rest = rest, {}
     body: bytes | None = None
+    shown_body: Any = None
     if content is not None and template.body_format == "form":
         body = urlencode(_form_pairs("", content)).encode()
         headers["Content-Type"] = FORM
+    elif content is not None and template.body_format == "multipart":
+        body, shown_body, headers["Content-Type"] = _multipart(content, file_fields(tool), template.body or "body")
+    elif content is not None and template.body_format == "binary":
+        body = _file_bytes(template.body or "body", content)
+        named = next((name for name in headers if name.lower() == "content-type"), "Content-Type")
+        headers.setdefault(named, FILE_TYPE)  # the type the tool or the caller gave, else plain bytes
+        shown_body = {"content_type": headers[named], "bytes": len(body)}
     elif content is not None:
         body = jsontext.dumps(content).encode()
         headers["Content-Type"] = "application/json"
     url = _with_query(url, query + [(key, _scalar(value)) for key, value in rest.items()])
     headers.setdefault("Accept", "application/json")
-    return _with_credential(HttpRequest(method=template.method, url=url, headers=headers, body=body), credential)
+    request = _with_credential(HttpRequest(method=template.method, url=url, headers=headers, body=body), credential)
+    return replace(request, shown_body=shown_body) if shown_body is not None else request
 
 
 def _upstream_request(call: UpstreamCall, arguments: dict[str, Any], credential: Credential | None) -> Request:
@@ -117,7 +150,9 @@ def preview(request: Request) -> Outcome:
     """What would be sent, with the credential's values replaced by a marker wherever they appear."""
     http = request.http
     body = None
-    if http.body:
+    if request.shown_body is not None:
+        body = request.shown_body
+    elif http.body:
         body = http.body.decode() if http.headers.get("Content-Type") == FORM else json.loads(http.body)
     shown = {"method": http.method, "url": http.url, "headers": dict(http.headers), "body": body}
     return Outcome(structured={"preview": redact(shown, request.secrets)})
@@ -264,6 +299,53 @@ def _form_pairs(key: str, value: Any, *, nested: bool = False) -> list[tuple[str
             return [(key, _scalar(item)) for item in value]
         return [pair for index, item in enumerate(value) for pair in _form_pairs(f"{key}[{index}]", item, nested=True)]
     return [(key, "" if value is None else _scalar(value))]
+
+
+def _multipart(content: Any, files: frozenset[str], name: str) -> tuple[bytes, list[dict[str, Any]], str]:
+    """A multipart/form-data body (RFC 7578), what a preview shows of it, and its Content-Type. Each
+    field is a part: a file its decoded bytes, an array of scalars one part per item, an object
+    or other array its JSON, a scalar its text, null empty. Field names are quoted as browsers do
+    (", CR and LF percent-encoded), so no name can add a header or end a part."""
+    fields = content.items() if isinstance(content, dict) else [(name, content)]
+    parts: list[tuple[str, bytes, str | None]] = []  # (name, bytes, content type when not plain text)
+    shown: list[dict[str, Any]] = []
+    for key, value in fields:
+        if key in files:
+            data = _file_bytes(key, value)
+            parts.append((key, data, FILE_TYPE))
+            shown.append({"name": key, "filename": key, "content_type": FILE_TYPE, "bytes": len(data)})
+            continue
+        scalars = value if isinstance(value, list) and all(not isinstance(item, dict | list) for item in value) \
+            else [value]
+        for item in scalars:
+            if isinstance(item, dict | list):
+                parts.append((key, jsontext.dumps(item).encode(), "application/json"))
+            else:
+                parts.append((key, ("" if item is None else _scalar(item)).encode(), None))
+            shown.append({"name": key, "value": item})
+    boundary = f"workset-{secrets.token_hex(16)}"
+    while any(boundary.encode() in data for _, data, _ in parts):  # 128 random bits: never, but be sure
+        boundary = f"workset-{secrets.token_hex(16)}"
+    body = bytearray()
+    for key, data, kind in parts:
+        quoted = key.replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
+        body += f'--{boundary}\r\nContent-Disposition: form-data; name="{quoted}"'.encode()
+        body += f'; filename="{quoted}"'.encode() if kind == FILE_TYPE else b""
+        body += f"\r\nContent-Type: {kind}".encode() if kind else b""
+        body += b"\r\n\r\n" + data + b"\r\n"
+    body += f"--{boundary}--\r\n".encode()
+    return bytes(body), shown, f"{MULTIPART}; boundary={boundary}"
+
+
+def _file_bytes(name: str, value: Any) -> bytes:
+    """A file field's bytes: its value is base64 (RFC 4648, standard alphabet, padded)."""
+    try:
+        if not isinstance(value, str):
+            raise binascii.Error
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidInput(f"input.{name}: a file's content is base64 (RFC 4648: A-Z a-z 0-9 + /, padded with =)",
+                           field=f"input.{name}") from None
 
 
 def _joined(value: Any) -> str:

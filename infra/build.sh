@@ -42,6 +42,8 @@ if grep -q "Could not install dependencies" "$log"; then
   echo "refusing to deploy: the package lacks dependencies the Lambda runtime needs (see above)" >&2
   exit 1
 fi
+# The API invokes APIHandler's alias `live`, as the event sources do theirs (infra/alias_api.py).
+.venv/bin/python infra/alias_api.py "$out"
 # Lambda's /var/task is read-only: without .pyc in the package every cold start compiles what it
 # imports (infra/compile_package.py).
 .venv/bin/python infra/compile_package.py "$out"

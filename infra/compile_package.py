@@ -86,11 +86,15 @@ def stage_environment(out: Path) -> dict[str, str]:
     template = json.loads((out / "sam.json").read_text())
     variables = template["Resources"]["APIHandler"]["Properties"]["Environment"]["Variables"]
     # the template sets the stage's names from its Stage parameter: as infra/build.sh packaged it
-    stage = os.environ.get("WORKSET_STAGE", "dev")
-    values = {"Stage": stage, "HistoryRetentionDays": "400", "MaxListensPerAccount": "10"}
-    variables = {name: _resolved(value, values) for name, value in variables.items()}
+    variables = resolved_variables(variables, os.environ.get("WORKSET_STAGE", "dev"))
     return {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
             "OPENBLAS_NUM_THREADS": "1", **variables}
+
+
+def resolved_variables(variables: dict[str, object], stage: str) -> dict[str, str]:
+    """A function's environment from the template, its parameters at their defaults for `stage`."""
+    values = {"Stage": stage, "HistoryRetentionDays": "400", "MaxListensPerAccount": "10"}
+    return {name: _resolved(value, values) for name, value in variables.items()}
 
 
 def _resolved(value: object, values: dict[str, str]) -> str:

@@ -2,6 +2,7 @@
 # Deploy one stage of Workset to AWS with CloudFormation:
 #   infra/deploy.sh [--preview] STAGE S3_BUCKET [--tag Key=Value ...] [Parameter=value ...]
 #   infra/deploy.sh --rollback STAGE S3_BUCKET
+#   infra/deploy.sh --rollback-alias STAGE
 # STAGE is any name of lower-case letters, digits and dashes starting with a letter (at most 21):
 # the stack is workset-STAGE, its tables, queues and key alias workset-STAGE-*.
 # S3_BUCKET holds the deployment package (any bucket of the account in the same region).
@@ -22,6 +23,10 @@
 #            deploys the previous one with the stack's current parameters. Tables are never rolled
 #            back (they keep their data); a release whose template lacks an index the data needs
 #            is the one case to think about first.
+# --rollback-alias  faster, code only: each function publishes a version per deploy behind the
+#            alias `live` (the API and the event sources invoke the alias); this points every
+#            alias back at the version before, in seconds. The stack still names the newer
+#            versions: the next deploy, or --rollback, settles it.
 #
 # Template parameters (infra/resources.json; each optional, and an update keeps a parameter's
 # previous value unless it is given again; `Name=` clears one):
@@ -86,11 +91,27 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage="usage: infra/deploy.sh [--preview] STAGE S3_BUCKET [--tag Key=Value ...] [Parameter=value ...]
-       infra/deploy.sh --rollback STAGE S3_BUCKET"
+       infra/deploy.sh --rollback STAGE S3_BUCKET
+       infra/deploy.sh --rollback-alias STAGE"
 mode=deploy
 case ${1:-} in
   --preview) mode=preview; shift ;;
   --rollback) mode=rollback; shift ;;
+  --rollback-alias)
+    # Seconds, no CloudFormation: every function's alias `live` back to the version before it.
+    stage=${2:?$usage}
+    if ! [[ $stage =~ ^[a-z][a-z0-9-]{0,20}$ ]]; then echo "a stage is lower-case letters, digits and dashes: $stage" >&2; exit 2; fi
+    for function in $(aws cloudformation describe-stack-resources --stack-name "workset-$stage" \
+        --query "StackResources[?ResourceType=='AWS::Lambda::Function'].PhysicalResourceId" --output text); do
+      current=$(aws lambda get-alias --function-name "$function" --name live --query FunctionVersion --output text)
+      previous=$(aws lambda list-versions-by-function --function-name "$function" --query "Versions[].Version" \
+        --output text | tr '\t' '\n' | grep -E '^[0-9]+$' | awk -v c="$current" '$1 < c' | sort -n | tail -1)
+      if [ -z "$previous" ]; then echo "$function: no version before $current" >&2; exit 1; fi
+      aws lambda update-alias --function-name "$function" --name live --function-version "$previous" >/dev/null
+      echo "$function: live $current -> $previous"
+    done
+    echo "the stack still names the newer versions: the next deploy (or --rollback) settles it"
+    exit 0 ;;
 esac
 stage=${1:?$usage}
 bucket=${2:?$usage}

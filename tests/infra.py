@@ -414,6 +414,10 @@ def packaged_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]
     if result.returncode != 0:
         skip_if_offline(output)
         pytest.fail(f"chalice package failed ({result.returncode}):\n{output[-4000:]}")
+    # as infra/build.sh does: the API's routes invoke APIHandler's alias
+    aliased = subprocess.run([sys.executable, str(ROOT / "infra" / "alias_api.py"), str(out)],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert aliased.returncode == 0, aliased.stderr
     return {"dir": out, "output": output, "template": json.loads((out / "sam.json").read_text())}
 
 

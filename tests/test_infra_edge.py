@@ -51,7 +51,8 @@ def tag_problems(doc: dict[str, Any]) -> list[str]:
 
 def own_and_overlaid(doc: dict[str, Any]) -> dict[str, Any]:
     """The fragment's resources, its overlays on Chalice's typed as Chalice makes them."""
-    kinds = {function: "AWS::Serverless::Function" for function in CHALICE_FUNCTIONS} | {"RestAPI": "AWS::Serverless::Api"}
+    kinds = {function: "AWS::Serverless::Function" for function in CHALICE_FUNCTIONS} | {
+        "RestAPI": "AWS::Serverless::Api", "APIHandlerInvokePermission": "AWS::Lambda::Permission"}
     return {"Resources": {i: {"Type": kinds[i], **r} if "Type" not in r else r for i, r in doc["Resources"].items()}}
 
 

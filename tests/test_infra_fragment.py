@@ -74,7 +74,7 @@ def expected_overlays() -> dict[str, dict[str, Any]]:
     for function in CHALICE_FUNCTIONS:
         wanted[function] = {"Properties": {
             "Role": {"Fn::GetAtt": [f"{function}Role", "Arn"]}, "Tags": TAGS, "PropagateTags": True,
-            "Tracing": {"Ref": "Tracing"},
+            "Tracing": {"Ref": "Tracing"}, "AutoPublishAlias": "live",
             "Environment": {"Variables": {"WORKSET_STAGE": {"Ref": "Stage"},
                                           "WORKSET_TABLE_PREFIX": {"Fn::Sub": "workset-${Stage}"},
                                           "WORKSET_HISTORY_RETENTION_DAYS": {"Ref": "HistoryRetentionDays"}}}}}
@@ -82,6 +82,8 @@ def expected_overlays() -> dict[str, dict[str, Any]]:
         "Ref": "MaxListensPerAccount"}
     wanted["APIHandler"]["Properties"]["ReservedConcurrentExecutions"] = {
         "Fn::If": ["ReservesApiConcurrency", {"Ref": "ApiReservedConcurrency"}, {"Ref": "AWS::NoValue"}]}
+    # the API's permission to invoke APIHandler names its alias (infra/alias_api.py points the routes there)
+    wanted["APIHandlerInvokePermission"] = {"Properties": {"FunctionName": {"Ref": "APIHandlerAliaslive"}}}
     for queue in QUEUES:
         overlay = wanted[queue.consumer_id]
         overlay["DependsOn"] = [queue.logical_id]

@@ -210,8 +210,16 @@ def test_packaged_template_is_consistent(packaged: dict[str, Any]) -> None:
     for logical_id, resource in own_resources(template()).items():  # tables, key, alias, queues
         assert resources[logical_id] == resource, logical_id
     for logical_id, overlay in overlays(template()).items():  # merged onto Chalice's resources
-        assert logical_id in functions or logical_id == "RestAPI", f"{logical_id}: not Chalice's function or API"
+        assert logical_id in functions or logical_id in ("RestAPI", "APIHandlerInvokePermission"), logical_id
         assert _merged_into(overlay, resources[logical_id]), (logical_id, overlay)
+    # every function publishes versions behind the alias `live`, and the API invokes APIHandler's
+    for function in functions.values():
+        assert function["AutoPublishAlias"] == "live"
+    uris = [method["x-amazon-apigateway-integration"]["uri"]["Fn::Sub"]
+            for methods in resources["RestAPI"]["Properties"]["DefinitionBody"]["paths"].values()
+            for method in methods.values() if isinstance(method, dict) and "x-amazon-apigateway-integration" in method]
+    assert uris and all("${APIHandlerAliaslive}/invocations" in uri for uri in uris)
+    assert resources["APIHandlerInvokePermission"]["Properties"]["FunctionName"] == {"Ref": "APIHandlerAliaslive"}
     assert resources["RestAPI"]["Type"] == "AWS::Serverless::Api"
     assert packaged_template["Parameters"]["Stage"] == template()["Parameters"]["Stage"]
 

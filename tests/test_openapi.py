@@ -487,10 +487,10 @@ def test_a_body_media_type_ending_in_json_is_used() -> None:
 
 
 def test_an_optional_body_in_no_type_workset_sends_is_left_out() -> None:
-    # GIVEN an optional body offered only as multipart and plain text
+    # GIVEN an optional body offered only as plain text and XML (a file upload is not left out:
+    # tests/test_openapi_uploads.py)
     document = _document({"/s": {"post": _operation(requestBody={"content": {
-        "multipart/form-data": {"schema": {"type": "object", "properties": {"file": {"type": "string"}}}},
-        "text/plain": {}}})}})
+        "text/plain": {"schema": {"type": "string"}}, "application/xml": {}}})}})
 
     # WHEN it is converted THEN the tool sends no body (and no body fields)
     definition = _definition(document, "POST /s")
@@ -769,12 +769,14 @@ def test_a_ref_loop_is_refused() -> None:
 # Skipped operations -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("operation", "reason"), [
-    (_operation(requestBody={"required": True, "content": {"multipart/form-data": {}, "text/plain": {}}}),
-     "no JSON or application/x-www-form-urlencoded body type (offers multipart/form-data, text/plain)"),
+    (_operation(requestBody={"required": True, "content": {"text/plain": {}, "application/xml": {}}}),
+     ("no JSON, application/x-www-form-urlencoded or multipart/form-data body type (offers text/plain, "
+      "application/xml)")),
+    (_operation(requestBody={"required": True, "content": {"multipart/related": {}, "text/plain": {}}}),
+     ("its body is a file upload (multipart/related, text/plain) in no type Workset sends: a tool sends "
+      "JSON, application/x-www-form-urlencoded or multipart/form-data")),
     (_operation(parameters=[{"name": "session", "in": "cookie", "required": True, "schema": {"type": "string"}}]),
      "needs cookie parameter 'session', which Workset does not send"),
-    (_operation(callbacks={"done": {"{$request.body#/url}": {"post": _operation()}}}),
-     "has callbacks (the API calls back a URL); Workset cannot receive them"),
     (_operation(security=[{"oauth": ["read"]}, {"oidc": []}]),
      "needs oauth2 or openIdConnect auth, which connections do not carry yet"),
     (_operation(security=[{"digest": []}, {"query": []}]),

@@ -108,7 +108,8 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def probe(package: dict[str, Any]) -> dict[str, Any]:
     """What running the package's own code loads and answers (PROBE), with the function's settings."""
-    variables = package["template"]["Resources"]["APIHandler"]["Properties"]["Environment"]["Variables"]
+    variables = compile_package.resolved_variables(
+        package["template"]["Resources"]["APIHandler"]["Properties"]["Environment"]["Variables"], "dev")
     environment = {"PATH": os.environ.get("PATH", ""), "AWS_DEFAULT_REGION": "us-east-1",
                    "OPENBLAS_NUM_THREADS": "1", **variables}
     imported = sorted(compile_package.imports([package["dir"] / "app.py", *(package["dir"] / "chalicelib").rglob("*.py")]))

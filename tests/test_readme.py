@@ -21,15 +21,18 @@ The stack is `python -m local`, what `./dev up` runs, with a vendor timeout of 3
 (a loaded machine starts the README's bridged stdio server slowly). It listens on the README's own
 addresses (127.0.0.1:8000, its demo vendor on 8001, the stdio bridge on 8100): the session and the
 stack run in a network namespace of their own (`unshare --net`), so those ports are free whatever
-else runs on the machine.
+else runs on the machine. Where namespaces are not allowed (some CI containers), they run on the
+machine's own loopback if those ports are free.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -52,7 +55,8 @@ KNOWN = RUN | {"json", "text"}
 NOT_RUN = {
     "./dev up": "the README's test starts the same stack itself (python -m local on 127.0.0.1:8000, "
                 "what ./dev up runs once it has installed)",
-    "infra/deploy.sh prod my-artifacts-bucket AlarmEmail=ops@example.com": "deploys to AWS",
+    "aws s3 mb s3://acme-workset-artifacts                        # once: holds packages and releases":
+        "deploys to AWS",
 }
 
 
@@ -123,9 +127,14 @@ class Session:
         env = {key: os.environ[key] for key in KEPT if key in os.environ}
         env.update(PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1",
                    npm_config_offline="true", npm_config_update_notifier="false")
-        # the README's ports in a namespace of their own: bring its loopback up, then become bash
-        start = "ip link set lo up && exec bash --noprofile --norc"
-        self.process = subprocess.Popen(["unshare", "--user", "--map-root-user", "--net", "bash", "-c", start],
+        # the README's ports in a namespace of their own: bring its loopback up, then become bash;
+        # where namespaces are not allowed (some CI containers), the machine's own free ports
+        if own_network():
+            shell = ["unshare", "--user", "--map-root-user", "--net", "bash", "-c",
+                     "ip link set lo up && exec bash --noprofile --norc"]
+        else:
+            shell = ["bash", "--noprofile", "--norc"]
+        self.process = subprocess.Popen(shell,
                                         cwd=folder, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
         self.count = 0
@@ -178,16 +187,28 @@ class Session:
         pytest.fail("the local stack did not start:\n" + (log.read_text() if log.exists() else ""))
 
     def close(self) -> None:
-        """Stop the stack as Ctrl-C would, then everything the blocks started (one process group)."""
+        """Stop the stack as Ctrl-C would, then everything the blocks started (the session's process
+        group), also when a failing block ended the session first."""
         if self.process.poll() is None:
+            self.run("kill -INT $STACK_PID; wait $STACK_PID || true", timeout=30)
+        for sent, grace in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 5.0)):
             try:
-                self.run("kill -INT $STACK_PID; wait $STACK_PID || true", timeout=30)
-            finally:
-                try:
-                    os.killpg(self.process.pid, signal.SIGTERM)
-                    self.process.wait(timeout=10)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    os.killpg(self.process.pid, signal.SIGKILL)
+                os.killpg(self.process.pid, sent)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and _group_alive(self.process.pid):
+                self.process.poll()  # reap the session's own process, if it is the one left
+                time.sleep(0.1)
+        self.process.poll()
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 README_BLOCKS = blocks(README.read_text())
@@ -199,14 +220,40 @@ def aws() -> Iterator[None]:
     yield
 
 
+README_PORTS = (8000, 8001, 8100)
+
+
+@functools.cache
+def own_network() -> bool:
+    """Whether this machine lets the test give the README a network namespace of its own."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--net", "ip", "link", "set", "lo", "up"],
+                           check=False, capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+def ports_free() -> bool:
+    """Whether the README's ports are free on the machine's own loopback."""
+    for port in README_PORTS:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    for tool in ("unshare", "ip", "node", "npm"):
-        if shutil.which(tool) is None:
-            reason = f"{tool} is missing: the README's test runs its blocks in a network namespace with Node.js"
-            if os.environ.get("CI"):
-                pytest.fail(reason)
-            pytest.skip(reason)
+    reasons = [f"{tool} is missing: the README's blocks run Node.js" for tool in ("node", "npm")
+               if shutil.which(tool) is None]
+    if not own_network() and not ports_free():
+        reasons.append(f"no network namespace and ports {README_PORTS} are taken: the README's blocks need them")
+    if reasons:
+        if os.environ.get("CI"):
+            pytest.fail("; ".join(reasons))
+        pytest.skip("; ".join(reasons))
     probe = subprocess.run(["unshare", "--user", "--map-root-user", "--net", "ip", "link", "set", "lo", "up"],
                            capture_output=True, text=True, check=False)
     if probe.returncode != 0:

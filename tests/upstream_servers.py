@@ -106,45 +106,46 @@ def everything_server() -> Iterator[str]:
     """The reference server in its Streamable HTTP mode (`node dist/index.js streamableHttp`, the
     port from PORT) on 127.0.0.1; yields the endpoint URL. Without node or the npm install the
     test is skipped (failed under CI, which must run it)."""
-    node = shutil.which("node")
-    if node is None or not EVERYTHING.is_file():
-        reason = "node or tests/upstreams/node_modules is missing: `./dev test` installs them (apt-get, npm ci)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+    node = _node(EVERYTHING)
     port = _free_port()
     # A bare environment: the server has a tool (`get-env`) that answers its environment.
-    env = {"PATH": os.environ.get("PATH", ""), "PORT": str(port)}
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen([node, "--require", str(UPSTREAMS / "loopback.cjs"), str(EVERYTHING), "streamableHttp"],
-                                   cwd=UPSTREAMS, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                   start_new_session=True)
-        try:
-            _wait_for_port(port, process, log)
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            _stop(process)
+    with _serving([node, "--require", str(UPSTREAMS / "loopback.cjs"), str(EVERYTHING), "streamableHttp"],
+                  port, {"PORT": str(port)}) as url:
+        yield url
 
 
 @contextmanager
 def bridged_server() -> Iterator[str]:
     """The reference server speaking stdio, behind `supergateway --stdio ... --outputTransport
     streamableHttp` on 127.0.0.1 (both preloaded with loopback.cjs); yields the endpoint URL."""
+    node = _node(EVERYTHING, SUPERGATEWAY)
+    port = _free_port()
+    loopback = str(UPSTREAMS / "loopback.cjs")
+    stdio = " ".join(shlex.quote(part) for part in (node, "--require", loopback, str(EVERYTHING), "stdio"))
+    with _serving([node, "--require", loopback, str(SUPERGATEWAY), "--stdio", stdio, "--outputTransport",
+                   "streamableHttp", "--stateful", "--port", str(port), "--logLevel", "none"], port, {}) as url:
+        yield url
+
+
+def _node(*scripts: Path) -> str:
+    """node's path, once the npm packages `scripts` need are installed; else the test is skipped
+    (failed under CI, which must run it)."""
     node = shutil.which("node")
-    if node is None or not EVERYTHING.is_file() or not SUPERGATEWAY.is_file():
+    if node is None or not all(script.is_file() for script in scripts):
         reason = "node or tests/upstreams/node_modules is missing: `./dev test` installs them (apt-get, npm ci)"
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
-    port = _free_port()
-    loopback = str(UPSTREAMS / "loopback.cjs")
-    stdio = " ".join(shlex.quote(part) for part in (node, "--require", loopback, str(EVERYTHING), "stdio"))
-    env = {"PATH": os.environ.get("PATH", "")}  # bare: the server's get-env tool answers its environment
+    return node
+
+
+@contextmanager
+def _serving(command: list[str], port: int, env: dict[str, str]) -> Iterator[str]:
+    """`command` (a node server listening on 127.0.0.1:`port`) started in a bare environment (the
+    reference server's get-env tool answers its environment), stopped after; yields its MCP URL."""
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen([node, "--require", loopback, str(SUPERGATEWAY), "--stdio", stdio,
-                                    "--outputTransport", "streamableHttp", "--stateful", "--port", str(port), "--logLevel", "none"],
-                                   cwd=UPSTREAMS, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                   start_new_session=True)
+        process = subprocess.Popen(command, cwd=UPSTREAMS, env={"PATH": os.environ.get("PATH", ""), **env},
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         try:
             _wait_for_port(port, process, log)
             yield f"http://127.0.0.1:{port}/mcp"

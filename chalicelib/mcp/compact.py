@@ -52,6 +52,7 @@ _STRUCTURAL = frozenset({
     "additionalProperties", "$ref", "$defs", "definitions", "format", "pattern", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems", "uniqueItems",
     "multipleOf", "minProperties", "maxProperties", "not", "if", "then", "else", "dependentRequired",
+    "contentEncoding",  # a file field's base64: what the caller must send, not a note for people
 })
 _NAMED = frozenset({"properties", "$defs", "definitions", "patternProperties", "dependentRequired"})
 _ABBREVIATIONS = frozenset({"e.g.", "i.e.", "etc.", "vs.", "approx.", "incl.", "no.", "ca.", "cf."})

@@ -129,7 +129,7 @@ ACQUIRE_SCHEMA: dict[str, Any] = {
                 "headers": {"type": "object"},
                 "params": {"type": "array", "description": "[{field, name, in: query|header}]"},
                 "body": {"type": "string", "description": "The field sent as the whole body"},
-                "body_format": {"enum": ["form"]},
+                "body_format": {"enum": ["form", "multipart", "binary"]},
             },
             "required": ["method", "url"],
         },

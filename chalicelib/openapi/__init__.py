@@ -18,8 +18,9 @@ The package, in the order a document goes through it:
     operations.py   the document's operations in order, their tool names, include/exclude
     definitions.py  one operation -> a ToolSpec payload, or Skip: method, security, parameters, URL
     servers.py      the base URL of an operation: the server given, else the nearest `servers`
-    inputs.py       the input schema: parameters, the body (JSON or form) flattened or nested
-    schemas.py      schemas -> JSON Schema 2020-12, once per $ref; inlined, or kept in $defs
+    inputs.py       the input schema: parameters, the body flattened or nested
+    bodies.py       the body's media type: JSON, form, multipart (files as base64), raw bytes
+    schemas.py      schemas -> JSON Schema 2020-12 (oneOf read as anyOf), once per $ref; inlined or in $defs
     refs.py         local $ref resolution (JSON pointers); nothing is fetched
     problems.py     Skip, and how messages name places and values
 """

@@ -1,5 +1,6 @@
 """One operation into a ToolSpec payload (chalicelib.toolbox), or Skip saying why Workset cannot
-call it as described: its method, callbacks, security, parameters, URL and request."""
+call it as described: its method, security, parameters, URL and request. Callbacks are not read:
+they describe what the vendor later sends to a URL the caller gives, not the call itself."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 from urllib.parse import quote
 
 from chalicelib.errors import InvalidInput
-from chalicelib.openapi.inputs import Fields, Param, input_schema, json_media, read_body, text
+from chalicelib.openapi.bodies import Body, json_media, media_type_schema, read_body, text
+from chalicelib.openapi.inputs import Fields, Param, input_schema
 from chalicelib.openapi.operations import Operation
 from chalicelib.openapi.problems import Skip, Where, at, cut, plain, shown
 from chalicelib.openapi.schemas import Schemas
@@ -45,13 +47,13 @@ class Builder:
         method = operation.method.upper()
         if method not in _SENDABLE:
             raise Skip(f"is an {method} operation; Workset sends GET, HEAD, POST, PUT, PATCH and DELETE")
-        if operation.spec.get("callbacks"):
-            raise Skip("has callbacks (the API calls back a URL); Workset cannot receive them")
         self._check_security(operation)
         fields = Fields()
         params = self._parameters(operation, fields)
         request: dict[str, Any] = {"method": method, "url": self._url(operation, params)}
         body = read_body(self.schemas, operation)
+        if body is not None and body.media_types:
+            params, request["headers"] = _with_media_type(body, params, fields)
         schema, body_field = input_schema(self.schemas, method, params, body, fields)
         if sent := [_wire(param) for param in params if param.place != "path"]:
             request["params"] = sent
@@ -61,6 +63,12 @@ class Builder:
             request["body"] = body_field
         if body is not None and body.form:
             request["body_format"] = "form"
+        if body is not None and body.multipart:
+            request["body_format"] = "multipart"
+        if body is not None and body.media_types:
+            request["body_format"] = "binary"
+        if not request.get("headers"):
+            request.pop("headers", None)
         return {"vendor": self.vendor, "name": name, "description": _description(operation),
                 "input_schema": schema, "annotations": _annotations(operation, method), "request": request}
 
@@ -145,6 +153,16 @@ class Builder:
         if len(url) > 2000:
             raise Skip("its URL is longer than 2,000 characters")
         return url
+
+
+def _with_media_type(body: Body, params: list[Param], fields: Fields) -> tuple[list[Param], dict[str, str]]:
+    """Raw bytes say their type in Content-Type: a fixed header when the document names one type,
+    else an input field the caller fills (one of those named, or fitting a wildcard)."""
+    if len(body.media_types) == 1 and "*" not in body.media_types[0]:
+        return params, {"Content-Type": body.media_types[0]}
+    field = fields.claim("content_type", "header")
+    return [*params, Param("Content-Type", "header", field, body.required, media_type_schema(body.media_types),
+                           None)], {}
 
 
 def _unsendable(name: str, place: str, raw: dict[str, Any]) -> str | None:

@@ -1,8 +1,8 @@
-"""An operation's input schema. Each parameter is a property; the body, JSON or else a form
-(application/x-www-form-urlencoded, sent with `body_format: form`), is flattened into the input
-as its rest-body when it is a plain object (or an allOf of them) and nested under one field
-otherwise. References are inlined within a budget, else kept in $defs; the result is held to a
-size and a nesting limit."""
+"""An operation's input schema. Each parameter is a property; the body (bodies.py) is flattened
+into the input as its rest-body when it is a plain object (or an allOf of them) and nested under
+one field otherwise (a multipart body only flattened: its files are found among the input's own
+fields). References are inlined within a budget, else kept in $defs; the result is held to a size
+and a nesting limit."""
 
 from __future__ import annotations
 
@@ -12,19 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chalicelib.definitions import MAX_SCHEMA_BYTES, PLACEHOLDER
-from chalicelib.errors import InvalidInput
 from chalicelib.jsontext import MAX_DEPTH
-from chalicelib.openapi.operations import Operation
-from chalicelib.openapi.problems import Skip, at, cut, shown
+from chalicelib.openapi.bodies import FILE_FIELD, MULTIPART, Body, is_file
+from chalicelib.openapi.problems import Skip, shown
 from chalicelib.openapi.schemas import Inliner, Overflow, Schemas, json_size
 
 INLINE_BYTES = 64 * 1024
 MAX_INPUT_BYTES = MAX_SCHEMA_BYTES  # one place: what a published tool's schema may be
 MAX_INPUT_NESTING = MAX_DEPTH - 1  # the admin API reads a definition, its input_schema one level down, as JSON
-FORM = "application/x-www-form-urlencoded"
 _NO_REST_BODY = frozenset({"GET", "HEAD", "DELETE"})
-_PLUS_JSON = re.compile(r"application/[\w.+-]+\+json")
-_FORM_STYLES = ("form", "deepObject")  # what the form encoding sends: repeated keys, a[b]=c
 _FLATTENABLE = frozenset({"type", "properties", "required", "additionalProperties", "title", "description", "allOf"})
 _ABSENT: Any = object()
 
@@ -38,14 +34,6 @@ class Param:
     schema: Any  # converted
     description: str | None
     explode: bool = True
-
-
-@dataclass
-class Body:
-    schema: Any  # converted
-    required: bool
-    description: str | None
-    form: bool  # sent as application/x-www-form-urlencoded, not JSON
 
 
 @dataclass
@@ -75,46 +63,14 @@ class Fields:
         return name
 
 
-def read_body(schemas: Schemas, operation: Operation) -> Body | None:
-    """The operation's request body; None when it has none, or an optional one in no media type
-    Workset sends (Skip when such a body is required)."""
-    if "requestBody" not in operation.spec:
-        return None
-    body, where = schemas.refs.deref(operation.spec["requestBody"], (*operation.where, "requestBody"))
-    content = body.get("content", {}) if isinstance(body, dict) else None
-    if not isinstance(content, dict):
-        raise InvalidInput(f"the request body {at(where)} needs `content`, a mapping of media types")
-    required = body.get("required") is True
-    try:
-        media, form = _sendable_media(content)
-    except Skip:
-        if required:
-            raise
-        return None  # optional: the tool sends none
-    raw = content[media].get("schema", {}) if isinstance(content[media], dict) else {}
-    schema = schemas.schema(raw, (*where, "content", media, "schema"))
-    if form and not _may_be_object(schemas.resolved(schema)):
-        raise Skip("its form body is not an object of fields")
-    return Body(schema, required, text(body, "description"), form)
-
-
-def json_media(content: dict[str, Any]) -> str | None:
-    """The content's JSON media type: application/json, else application/*+json, else */*."""
-    ranked = []
-    for index, key in enumerate(content):
-        base = _base(key)
-        rank = 0 if base == "application/json" else 1 if _PLUS_JSON.fullmatch(base) else 2 if base == "*/*" else None
-        if rank is not None:
-            ranked.append((rank, index, key))
-    return min(ranked)[2] if ranked else None
-
-
 def input_schema(schemas: Schemas, method: str, params: list[Param], body: Body | None,
                  fields: Fields) -> tuple[dict[str, Any], str | None]:
     """The input schema (inlined; with $defs past the inline budget) and the nested body's field."""
     flat = _flat(schemas, body.schema) if body is not None and method not in _NO_REST_BODY else None
     if flat is not None and flat.properties.keys() & fields.taken:
         flat = None  # a body property would shadow a parameter: nest the body instead
+    if body is not None and body.multipart:
+        flat = _multipart(schemas, flat)
     body_field = None
     if body is not None and flat is None:
         body_field = fields.claim("request_body" if "body" in fields.taken else "body", "2")
@@ -140,12 +96,6 @@ def input_schema(schemas: Schemas, method: str, params: list[Param], body: Body 
     if _nesting(schema) > MAX_INPUT_NESTING:
         raise Skip(f"its input schema is nested deeper than {MAX_INPUT_NESTING} levels")
     return schema, body_field
-
-
-def text(node: dict[str, Any], key: str) -> str | None:
-    """node[key] when it is text (a description), else None."""
-    found = node.get(key)
-    return found if isinstance(found, str) else None
 
 
 def _assemble(inliner: Inliner, params: list[Param], body: Body | None, flat: _Flat | None,
@@ -192,32 +142,28 @@ def _flat(schemas: Schemas, node: Any, depth: int = 0) -> _Flat | None:
     return flat
 
 
-def _sendable_media(content: dict[str, Any]) -> tuple[str, bool]:
-    """The media type the body goes as, and whether it is a form: JSON when offered, else a form
-    whose encoding Workset's matches; Skip saying what is offered otherwise."""
-    media = json_media(content)
-    if media is not None:
-        return media, False
-    form = next((key for key in content if _base(key) == FORM), None)
-    if form is None:
-        raise Skip(f"no JSON or {FORM} body type (offers {cut(', '.join(content), 100) or 'none'})")
-    encoding = content[form].get("encoding") if isinstance(content[form], dict) else None
-    for name, entry in encoding.items() if isinstance(encoding, dict) else ():
-        style = entry.get("style", "form") if isinstance(entry, dict) else "form"
-        if style not in _FORM_STYLES or (isinstance(entry, dict) and entry.get("explode") is False):
-            raise Skip(f"its form body encodes {shown(name)} in style {shown(style)}"
-                       f"{' without explode' if style in _FORM_STYLES else ''}, which Workset does not send")
-    return form, True
-
-
-def _may_be_object(node: Any) -> bool:
-    """False for a schema whose type rules out an object (a form's fields come from an object)."""
-    kind = node.get("type") if isinstance(node, dict) else None
-    return kind is None or kind == "object" or (isinstance(kind, list) and "object" in kind)
-
-
-def _base(media: str) -> str:
-    return media.split(";", 1)[0].strip().lower()
+def _multipart(schemas: Schemas, flat: _Flat | None) -> _Flat:
+    """A multipart body's fields, each file (bodies.is_file) a base64 string
+    that the call decodes into the part's bytes (vendor.py). Only an object of fields flattened
+    into the input: the call finds its files among the input's own properties."""
+    if flat is None:
+        raise Skip(f"its {MULTIPART} body is not an object of fields beside the parameters (a field shares a "
+                   "parameter's name, or the body is not a plain object)")
+    properties = {}
+    for name, sub in flat.properties.items():
+        resolved = schemas.resolved(sub)
+        if is_file(resolved):
+            told = resolved.get("description")
+            properties[name] = {**FILE_FIELD, **({"description": f"{told.strip()} ({FILE_FIELD['description']})"}
+                                                 if isinstance(told, str) and told.strip() else {})}
+        elif isinstance(resolved, dict) and is_file(schemas.resolved(resolved.get("items"))):
+            raise Skip(f"its {MULTIPART} body sends several files in {shown(name)}; a tool sends one file a field")
+        elif isinstance(resolved, dict) and "contentEncoding" in resolved:
+            # base64 text the vendor decodes itself: without the keyword, the call sends it as given
+            properties[name] = {key: value for key, value in resolved.items() if key != "contentEncoding"}
+        else:
+            properties[name] = sub
+    return _Flat(properties, flat.required, flat.additional)
 
 
 def _described(schema: Any, description: str | None) -> Any:

@@ -1,5 +1,6 @@
 """The document's schemas as JSON Schema 2020-12 (OpenAPI 3.0's nullable and boolean exclusive
-bounds rewritten, OpenAPI-only keywords and read-only properties dropped), each `$ref` converted
+bounds rewritten, `oneOf` read as `anyOf`, OpenAPI-only keywords and read-only properties
+dropped), each `$ref` converted
 once however many operations share it; and the Inliner, which builds one input schema from them,
 inlining references within a budget and keeping the rest (and every cycle) in `$defs`."""
 
@@ -149,7 +150,7 @@ class Schemas:
         for bound, flag in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
             if isinstance(node.get(flag), bool) and node.pop(flag) and bound in node:  # 3.0: a flag on the bound
                 node[flag] = node.pop(bound)
-        return node
+        return _any_of(node)
 
     def _read_only(self, raw: Any, where: Where) -> bool:
         for _ in range(MAX_HOPS):
@@ -247,6 +248,22 @@ def _links(node: Any) -> Iterator[Link]:
             yield item
         elif isinstance(item, dict | list):
             stack.extend(item.values() if isinstance(item, dict) else item)
+
+
+def _any_of(node: dict[str, Any]) -> dict[str, Any]:
+    """`oneOf` as `anyOf`. Vendors write oneOf for "one of these shapes", and the shapes overlap
+    (an RGB colour is a valid RGBA one when alpha is optional; a discriminator, which JSON Schema
+    does not read, is what tells them apart at the vendor). Enforced literally, oneOf refuses a
+    value that fits two alternatives although the vendor takes it; as anyOf, the published schema
+    says what Workset checks: the value fits at least one, and one that fits none is refused. A
+    node with its own anyOf keeps both conditions (both must hold): the second joins allOf."""
+    if not isinstance(node.get("oneOf"), list):
+        return node
+    node = dict(node)
+    alternatives = node.pop("oneOf")
+    if "anyOf" not in node:
+        return {**node, "anyOf": alternatives}
+    return {**node, "allOf": [*node.get("allOf", []), {"anyOf": alternatives}]}
 
 
 def _nullable(node: Any) -> Any:

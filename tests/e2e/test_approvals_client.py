@@ -130,15 +130,21 @@ async def test_a_2026_client_retry_answers_a_denial(held: Stack, vendor: Vendor)
     assert sent_to(vendor, shop) == []
 
 
+def accepting(asked: list[Any]) -> Any:
+    """An elicitation callback that keeps what it was asked and answers "accept" (the person
+    decides in the console, not here)."""
+    async def callback(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept")
+    return callback
+
+
 async def test_a_2025_client_gets_the_elicitation_then_the_result_decided_within_the_hold(held: Stack,
                                                                                         vendor: Vendor) -> None:
     shop = publish_write(held, vendor)
     agent = held.new_agent()
     asked: list[Any] = []
-
-    async def callback(context: Any, params: Any) -> types.ElicitResult:
-        asked.append(params)
-        return types.ElicitResult(action="accept")
+    callback = accepting(asked)
 
     async with connect(held, agent["api_key"], "legacy", callback) as client:
         person = _approve_when_asked(held, shop)
@@ -155,10 +161,7 @@ async def test_a_2025_client_past_the_hold_gets_todays_answer_and_get_run_finish
     shop = publish_write(held, vendor)
     agent = held.new_agent()
     asked: list[Any] = []
-
-    async def callback(context: Any, params: Any) -> types.ElicitResult:
-        asked.append(params)
-        return types.ElicitResult(action="accept")
+    callback = accepting(asked)
 
     async with connect(held, agent["api_key"], "legacy", callback) as client:
         result = await client.call_tool("run_tool", {"vendor": shop, "name": "create-order", "input": {"total": 5}})
