@@ -42,13 +42,17 @@ def test_the_demo_api_is_hundreds_of_operations_and_not_one_kept_for_evaluation(
     document = demo.demo_api()
     from bench.apis import evaluation
 
-    held_out = evaluation()
     # THEN it is a real public description with hundreds of operations, under a licence that allows shipping it
     operations = [op for item in document["paths"].values() for op in item.values() if isinstance(op, dict)]
     assert len(operations) >= 150
     assert document["info"]["license"]["name"].startswith("Apache")
     assert (demo.DEMO_API.parent / "LICENSE-Apache-2.0").exists()
-    # AND neither its host nor its vendor name is one of the held-out APIs
+    # AND neither its host nor its vendor name is one of the held-out APIs (the list lives beside
+    # the project, in ../shared: a clone without it, such as CI's, cannot check this part)
+    try:
+        held_out = evaluation()
+    except FileNotFoundError as missing:
+        pytest.skip(str(missing))
     host = document["servers"][0]["url"].split("//")[1]
     assert not any(host.endswith(name.split("/")[0]) or demo.DEMO_API_VENDOR in name for name in held_out)
 
