@@ -261,7 +261,10 @@ def exercise_store() -> set[str]:
     assert outbox.pending() == []
     run(outbox.mark_seen, "a1", seq + 1)
     assert agents.load_state("a1").mcp_seen_seq == seq + 1
-    assert len(run(history.list_events, "a1", limit=10).items) == 4  # promoted, pinned, unpinned, demoted
+    actions = sorted(event.action for event in run(history.list_events, "a1", limit=10).items)
+    # the tour's four promotion changes (promoted, pinned, unpinned, demoted: all written with the
+    # tour's one event) and the person's decisions on r2 and r3 (an expired RUNNING run decides nothing)
+    assert actions == ["approved", "denied", "promote", "promote", "promote", "promote"], actions
     assert run(sweep.make_due, "a1", "acme", "orders", now, "idle") is False  # not promoted any more
     runs.start(new_run(5, RunStatus.RUNNING), use_due_at=week)  # demoted meanwhile: the run starts, unmarked
     assert set(agents.load_state("a1").leases) == {"r5"}
@@ -366,7 +369,7 @@ def exercise_store() -> set[str]:
 # (`tables` creates tables: the operator CLI and tests do that, never the function).
 NOT_CALLED_BY_THE_FUNCTION = {"base", "models", "records", "tables"}
 # Public store functions that build items, attributes or update actions without calling AWS.
-PURE = {"chalicelib.store.history.new_item", "chalicelib.store.agents.due_fields",
+PURE = {"chalicelib.store.history.new_item", "chalicelib.store.history.decision_item", "chalicelib.store.agents.due_fields",
         "chalicelib.store.agents.review_actions", "chalicelib.store.agents.decision_record",
         "chalicelib.store.base.page", "chalicelib.store.usage.pair_sk", "chalicelib.store.usage.memory_of",
         "chalicelib.store.usage.searches_of"}
