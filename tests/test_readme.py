@@ -53,8 +53,9 @@ RUN = {"bash", "console", "python"}
 KNOWN = RUN | {"json", "text"}
 # Each block the test does not run: its first line, and why (the README says the same).
 NOT_RUN = {
-    "./dev up": "the README's test starts the same stack itself (python -m local on 127.0.0.1:8000, "
-                "what ./dev up runs once it has installed)",
+    "./dev up      # run Workset locally (installs what it needs first)":
+        "the README's test starts the same stack itself (python -m local on 127.0.0.1:8000, "
+        "what ./dev up runs once it has installed), and runs inside ./dev test",
     "aws s3 mb s3://acme-workset-artifacts                        # once: holds packages and releases":
         "deploys to AWS",
 }
