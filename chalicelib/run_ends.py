@@ -135,11 +135,17 @@ def _expire(run: Run | RunToSweep, now: datetime) -> bool:
     """End a live run whose lease ran out, if it did: a wait when its time is up; a running run
     only after the clock skew allowance too, so a judge whose clock runs ahead never ends a live
     run. The end of a run that waited on a person is announced. False when it was not due or
-    ended otherwise."""
+    ended otherwise. A wait's expiry is recorded in its agent's History (`store.history`)."""
     cutoff = _cutoff(run.status, now)
     if run.status not in LIVE or run.lease_expires_at > cutoff:
         return False
     waited = run.status == RunStatus.AWAITING or run.decided_by is not None  # still waiting, or approved
+    if isinstance(run, RunToSweep) and run.status == RunStatus.AWAITING:
+        # a wait's expiry is an event in History, which names the tool and policy: one GetItem
+        full = run_store.get(run.run_id)
+        if full is None or full.status != RunStatus.AWAITING:
+            return False
+        run = full
     if not run_store.expire(run, now, cutoff=cutoff, announce=waited):
         return False
     if waited:

@@ -41,6 +41,7 @@ from chalicelib.errors import (
     StoreUnavailable,
     ToolDenied,
     ToolNotFound,
+    VendorError,
     VendorTimeout,
     WorksetError,
 )
@@ -254,20 +255,42 @@ def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
         log.failure("run_crashed", error, run_id=run.run_id, agent_id=run.agent_id, account_id=run.account_id)
         outcome = failure(InternalError(f"Workset failed while running {run.run_id}; it is logged"))
     answer = run_ends.record(run, outcome, waited=waited, sent=sent)
-    _log_run(run, answer, started, vendor_ms)
+    _log_run(run, answer, started, vendor_ms, sent=sent)
     return answer
 
 
-def _log_run(run: Run, outcome: Outcome, started: float, vendor_ms: float | None) -> None:
-    """The run's one line (never its input or result): how it ended, and the vendor's latency."""
+def _log_run(run: Run, outcome: Outcome, started: float, vendor_ms: float | None, *, sent: bool) -> None:
+    """The run's one line (never its input or result): how it ended, the vendor's latency, and
+    whether a call of the vendor was made and failed (`vendor_metrics`)."""
     error = outcome.structured.get("error") if outcome.is_error else None
     code = error.get("code") if isinstance(error, dict) else None
+    latency = [log.Metric("VendorLatency", vendor_ms, "Milliseconds")] if vendor_ms is not None else []
     log.note(run_id=run.run_id)
-    log.event("run", metrics=[log.Metric("VendorLatency", vendor_ms, "Milliseconds")] if vendor_ms is not None else [],
+    log.event("run", metrics=latency + vendor_metrics(error if isinstance(error, dict) else None,
+                                                      called=sent and (vendor_ms is not None or code in _VENDOR_CODES)),
               run_id=run.run_id, agent_id=run.agent_id, account_id=run.account_id, vendor=run.vendor, tool=run.name,
               version=run.version, dry_run=run.dry_run, status=RunStatus.ended(is_error=outcome.is_error),
               error_code=code if isinstance(code, str) else None, duration_ms=log.elapsed_ms(started),
               vendor_ms=vendor_ms)
+
+
+_VENDOR_CODES = (VendorError.code, VendorTimeout.code)
+
+
+def vendor_metrics(error: dict[str, Any] | None, *, called: bool) -> list[log.Metric]:
+    """VendorCalls and VendorFailures for a run that called its vendor (none for a preview, or a
+    run refused before the call): a failure is the vendor's, not the caller's: a timeout, a 5xx,
+    or no usable answer at all (refused, reset, undecodable); a 4xx is the caller's and counts as a
+    call only. Each is counted by stage (what the alarm reads: failures / calls) and by stage and
+    vendor (the vendor's name as the account wrote it, cut to a dimension's length: a dashboard's
+    per-vendor rates, one metric per vendor name in use; never a connection's secret or an id)."""
+    if not called:
+        return []
+    code = error.get("code") if error is not None else None
+    status = error.get("status") if error is not None else None
+    failed = code == VendorTimeout.code or (code == VendorError.code and not (isinstance(status, int) and status < 500))
+    return [log.Metric(name, value, by=by) for by in ((), ("vendor",))
+            for name, value in (("VendorCalls", 1), ("VendorFailures", int(failed)))]
 
 
 def _deadline(run: Run) -> float:

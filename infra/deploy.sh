@@ -130,7 +130,7 @@ while [ $# -gt 0 ]; do
         echo "--tag takes Key=Value (letters, digits, spaces and _.:/+@=-): ${2:-}" >&2; exit 2
       fi
       tags+=("$2"); shift ;;
-    PublicDomain=* | AlarmTopicArn=* | AlarmEmail=* | LogRetentionInDays=* | ApiThrottleRateLimit=* | ApiThrottleBurstLimit=* | WebAclArn=* | PermissionsBoundaryArn=* | Tracing=* | CostCenter=* | EndpointType=* | ApiAccessLogs=* | ApiReservedConcurrency=* | HistoryRetentionDays=* | Backups=* | BackupRetentionDays=* | BackupCopyVaultArn=* | AlarmApiErrorRatePercent=* | AlarmLatencyP99Ms=* | AlarmQueueAgeSeconds=* | AlarmConcurrentExecutions=* | AlarmFunctionErrors=* | AlarmTableThrottleEvents=* | MaxListensPerAccount=*) ;;
+    PublicDomain=* | AlarmTopicArn=* | AlarmEmail=* | LogRetentionInDays=* | ApiThrottleRateLimit=* | ApiThrottleBurstLimit=* | WebAclArn=* | PermissionsBoundaryArn=* | Tracing=* | CostCenter=* | EndpointType=* | ApiAccessLogs=* | ApiReservedConcurrency=* | HistoryRetentionDays=* | Backups=* | BackupRetentionDays=* | BackupCopyVaultArn=* | TablesKmsKeyArn=* | LogsKmsKeyArn=* | AlarmTopicKmsKeyArn=* | QueuesKmsKeyArn=* | AlarmApiErrorRatePercent=* | AlarmVendorFailureRatePercent=* | AlarmVendorMinCalls=* | AlarmVendorFailurePeriods=* | AlarmLatencyP99Ms=* | AlarmQueueAgeSeconds=* | AlarmConcurrentExecutions=* | AlarmFunctionErrors=* | AlarmTableThrottleEvents=* | MaxListensPerAccount=*) ;;
     *) echo "unknown parameter override: $1" >&2; echo "$usage" >&2; exit 2 ;;
   esac
   if [[ $1 == *=* ]]; then overrides+=("$1"); fi

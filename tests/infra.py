@@ -163,6 +163,62 @@ def resolve(value: Any, parameters: dict[str, str]) -> Any:
     return value
 
 
+_NO_VALUE = object()
+
+
+def under(doc: dict[str, Any], parameters: dict[str, str] | None = None) -> dict[str, Any]:
+    """The template as CloudFormation makes it for `parameters` (the rest at their defaults):
+    each `Fn::If` replaced by its branch, `AWS::NoValue` dropped, a resource whose `Condition` is
+    false left out; other functions (a `Ref` too) kept as written.
+    Evaluates the conditions the template uses (Fn::Equals, Fn::Not, Fn::And, Fn::Or, Condition,
+    Ref to a parameter); anything else fails, so a new form cannot pass unevaluated."""
+    given = {name: str(spec.get("Default", "")) for name, spec in doc.get("Parameters", {}).items()}
+    given |= parameters or {}
+    conditions: dict[str, bool] = {}
+
+    def value(node: Any) -> Any:
+        if isinstance(node, dict) and set(node) == {"Ref"} and node["Ref"] in given:
+            return given[node["Ref"]]
+        return node
+
+    def holds(node: Any) -> bool:
+        (function, arguments), = node.items()
+        if function == "Condition":
+            return condition(arguments)
+        if function == "Fn::Equals":
+            return str(value(arguments[0])) == str(value(arguments[1]))
+        if function == "Fn::Not":
+            return not holds(arguments[0])
+        if function == "Fn::And":
+            return all(holds(argument) for argument in arguments)
+        if function == "Fn::Or":
+            return any(holds(argument) for argument in arguments)
+        raise AssertionError(f"under() cannot evaluate {function}")
+
+    def condition(name: str) -> bool:
+        if name not in conditions:
+            conditions[name] = holds(doc["Conditions"][name])
+        return conditions[name]
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            if set(node) == {"Fn::If"}:
+                name, yes, no = node["Fn::If"]
+                return walk(yes if condition(name) else no)
+            if node == {"Ref": "AWS::NoValue"}:
+                return _NO_VALUE
+            walked = {key: walk(item) for key, item in node.items()}
+            return {key: item for key, item in walked.items() if item is not _NO_VALUE}
+        if isinstance(node, list):
+            return [item for item in (walk(item) for item in node) if item is not _NO_VALUE]
+        return node
+
+    result: dict[str, Any] = walk(doc)
+    result["Resources"] = {logical_id: resource for logical_id, resource in result.get("Resources", {}).items()
+                           if "Condition" not in resource or condition(resource["Condition"])}
+    return result
+
+
 def own_resources(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The resources the fragment declares (with a Type), by logical id."""
     return {logical_id: resource for logical_id, resource in doc["Resources"].items() if "Type" in resource}
@@ -298,7 +354,7 @@ def queue_problems(doc: dict[str, Any], stage: str, queue: Queue, *, worker_time
                    batching_window: int = 0) -> list[str]:
     """What is wrong with the template's queue and dead-letter queue for a stage (nothing: []),
     given the timeout of the function that consumes it."""
-    resources = doc.get("Resources", {})
+    resources = under(doc).get("Resources", {})  # with the parameters' defaults (no KMS key of yours)
     if queue.logical_id not in resources or queue.dead_letter_id not in resources:
         return [f"want {queue.logical_id} and {queue.dead_letter_id}, found {sorted(resources)}"]
     main, dead = resources[queue.logical_id], resources[queue.dead_letter_id]

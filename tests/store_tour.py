@@ -42,6 +42,7 @@ def exercise_store() -> set[str]:
         listens,
         oauth,
         outbox,
+        policies,
         runs,
         sessions,
         sweep,
@@ -212,6 +213,12 @@ def exercise_store() -> set[str]:
     runs.start(r6, use_due_at=None)
     assert runs.finish(r6, "succeeded", now, result={"big": "x" * (runs.INLINE_RESULT_BYTES + 1)}) is True
     assert runs.get("r6").result["big"].startswith("xxx")
+    assert run(runs.approval_policies, ["r6", "r1"]) == {"r6": None, "r1": None}  # asked under no policy
+    # approval policies: a person's setting and its record of who made it
+    run(policies.put, "acct", "acme", "orders", "every_call", "admin", now)
+    assert run(policies.get_many, "acct", [("acme", "orders"), ("acme", None)])[("acme", "orders")].policy == "every_call"
+    assert [setting.name for setting in run(policies.list_all, "acct", limit=10).items] == ["orders"]
+    assert len(run(policies.history, "acct", limit=10).items) == 1
     assert [r.run_id for r in run(runs.list_for_agent, "a1", limit=10).items] == ["r6", "r4", "r3", "r2", "r1"]
     assert run(runs.get, "nope") is None
 

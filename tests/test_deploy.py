@@ -293,8 +293,13 @@ def references(value: Any) -> set[str]:
 def dependency_cycle(doc: dict[str, Any]) -> list[str] | None:
     """A cycle among the template's resources (CloudFormation refuses the template), or None."""
     resources = doc["Resources"]
-    graph = {logical_id: (references(resource) | set(as_list(resource.get("DependsOn", [])))) & set(resources)
-             for logical_id, resource in resources.items()}
+    # SAM makes a function's alias (AutoPublishAlias: live -> <Function>Aliaslive) at deploy time:
+    # a reference to it depends on the function
+    aliases = {f"{logical_id}Alias{resource['Properties']['AutoPublishAlias']}": logical_id
+               for logical_id, resource in resources.items()
+               if isinstance(resource.get("Properties"), dict) and "AutoPublishAlias" in resource["Properties"]}
+    graph = {logical_id: {aliases.get(ref, ref) for ref in references(resource) | set(as_list(resource.get("DependsOn", [])))}
+             & set(resources) for logical_id, resource in resources.items()}
     try:
         tuple(graphlib.TopologicalSorter(graph).static_order())
     except graphlib.CycleError as error:

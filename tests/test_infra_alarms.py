@@ -8,6 +8,9 @@ Each alarm says something is wrong with the service itself, past a threshold the
   a tool result on /mcp, not a 5xx; one failing vendor on /v1 cannot page alone), its p99 latency,
   APIHandler's concurrency (held listens count);
 - all tables' throttle events together past AlarmTableThrottleEvents;
+- vendor failures as a *rate* (VendorFailures / VendorCalls, the app's EMF metrics by stage), past
+  AlarmVendorFailureRatePercent for AlarmVendorFailurePeriods periods of at least AlarmVendorMinCalls
+  calls: apart from the service's own 5xx (tests/test_infra_vendor_metrics.py: the metrics' lines);
 - the app's own failures left for later (SweepFailures, RunEndsUnrecorded) and leaked OAuth tokens.
 The alarms read at most 40 metrics (CloudWatch bills each: bench/costs.py).
 """
@@ -87,10 +90,37 @@ def api_error_rate_problems(properties: dict[str, Any]) -> list[str]:
     return problems
 
 
+def vendor_rate_problems(properties: dict[str, Any]) -> list[str]:
+    """The vendor alarm is a rate: 100 x VendorFailures / VendorCalls of the stage, among at least
+    AlarmVendorMinCalls calls, past AlarmVendorFailureRatePercent for AlarmVendorFailurePeriods."""
+    stage = [{"Name": "stage", "Value": {"Ref": "Stage"}}]
+    metrics = {m["Id"]: m for m in properties.get("Metrics", [])}
+    stat = {i: (m["MetricStat"]["Metric"]["Namespace"], m["MetricStat"]["Metric"]["MetricName"],
+                m["MetricStat"]["Metric"]["Dimensions"], m["MetricStat"]["Stat"], m["MetricStat"]["Period"])
+            for i, m in metrics.items() if "MetricStat" in m}
+    problems = []
+    if sorted(stat.values(), key=str) != sorted([(log.NAMESPACE, "VendorFailures", stage, "Sum", 300),
+                                                 (log.NAMESPACE, "VendorCalls", stage, "Sum", 300)], key=str):
+        problems.append(f"the vendor alarm reads {stat}")
+    names = {v[1]: k for k, v in stat.items()}
+    returned = [m for m in metrics.values() if m.get("ReturnData", True)]
+    expression = returned[0].get("Expression") if len(returned) == 1 else None
+    text = expression.get("Fn::Sub") if isinstance(expression, dict) else None
+    if not isinstance(text, str) or re.sub(r"\s", "", text) != (
+            f"IF({names.get('VendorCalls')}>=${{AlarmVendorMinCalls}},"
+            f"100*{names.get('VendorFailures')}/{names.get('VendorCalls')},0)"):
+        problems.append(f"the vendor alarm is not the failure rate among AlarmVendorMinCalls calls: {returned}")
+    periods = {"Ref": "AlarmVendorFailurePeriods"}
+    if (properties.get("Threshold"), properties.get("EvaluationPeriods"), properties.get("DatapointsToAlarm")) != (
+            {"Ref": "AlarmVendorFailureRatePercent"}, periods, periods):
+        problems.append("the vendor alarm is not past AlarmVendorFailureRatePercent for AlarmVendorFailurePeriods")
+    return problems
+
+
 def alarm_problems(doc: dict[str, Any]) -> list[str]:
     """What is wrong with the template's alarms (nothing: [])."""
     alarms = {i: r["Properties"] for i, r in doc["Resources"].items() if r.get("Type") == "AWS::CloudWatch::Alarm"}
-    wanted = expected_alarms(doc) | {"ApiServerErrorsAlarm": {}}
+    wanted = expected_alarms(doc) | {"ApiServerErrorsAlarm": {}, "VendorFailureRateAlarm": {}}
     problems = [f"unexpected alarm {i}" for i in sorted(set(alarms) - set(wanted))]
     problems += [f"missing alarm {i}" for i in sorted(set(wanted) - set(alarms))]
     parameters = doc["Parameters"]
@@ -106,6 +136,8 @@ def alarm_problems(doc: dict[str, Any]) -> list[str]:
             continue
         if logical_id == "ApiServerErrorsAlarm":
             problems += api_error_rate_problems(properties)
+        elif logical_id == "VendorFailureRateAlarm":
+            problems += vendor_rate_problems(properties)
         elif "sums" in want:
             stats = [m for m in properties.get("Metrics", []) if "MetricStat" in m]
             read = sorted((m["MetricStat"]["Metric"]["Namespace"], m["MetricStat"]["Metric"]["MetricName"],
@@ -150,6 +182,11 @@ def _props(logical_id: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     lambda doc: _props("ApiServerErrorsAlarm")(doc).update(Threshold=0),
     lambda doc: _props("ApiServerErrorsAlarm")(doc)["Metrics"][2].update(Expression="errors"),
     lambda doc: _props("ApiLatencyAlarm")(doc).update(ExtendedStatistic="p50"),
+    lambda doc: doc["Resources"].pop("VendorFailureRateAlarm"),
+    lambda doc: _props("VendorFailureRateAlarm")(doc)["Metrics"][2].update(Expression="failures"),
+    lambda doc: _props("VendorFailureRateAlarm")(doc)["Metrics"][0]["MetricStat"]["Metric"].update(
+        MetricName="McpErrors"),
+    lambda doc: _props("VendorFailureRateAlarm")(doc).update(EvaluationPeriods=1),
     lambda doc: _props("SweepErrorsAlarm")(doc).update(Threshold=0),
     lambda doc: _props("SweepErrorsAlarm")(doc)["Dimensions"][0].update(Value={"Ref": "SweepWorker"}),
     lambda doc: _props("TablesThrottledAlarm")(doc)["Metrics"].pop(0),
@@ -181,7 +218,8 @@ def test_the_dashboard_shows_the_products_own_figures() -> None:
             names = [previous[i] if name == "." else name for i, name in enumerate(names)]
             shown.add((names[0], names[1]))
             previous = names
-    for metric in ("McpCalls", "RunsAwaitingApproval", "SweepDemotions", "SweepFailures", "VendorLatency"):
+    for metric in ("McpCalls", "RunsAwaitingApproval", "SweepDemotions", "SweepFailures", "VendorLatency",
+                   "VendorCalls", "VendorFailures"):
         assert (log.NAMESPACE, metric) in shown, metric
     assert ("AWS/ApiGateway", "Latency") in shown and ("AWS/SQS", "ApproximateAgeOfOldestMessage") in shown
     # every ${...} is a parameter, a pseudo parameter or a resource of the template

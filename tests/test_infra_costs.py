@@ -17,7 +17,7 @@ def test_the_readme_cost_table_is_what_the_bench_prints() -> None:
 
 def test_the_estimate_follows_the_template(monkeypatch: Any) -> None:
     base = costs.monthly()
-    assert base["alarm_metrics"] == 33 and base["memory_gb"] == 0.5
+    assert base["alarm_metrics"] == 35 and base["memory_gb"] == 0.5
     # a listener: 20-s holds back to back at 0.5 GB, about $22 a month on x86_64
     assert 21 < base["listener_total"] < 24
     assert base["account_listen_bound"] == base["listener_total"] * base["max_listens_per_account"]

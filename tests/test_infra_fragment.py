@@ -36,7 +36,7 @@ from tests.test_infra_throttle import THROTTLE
 # function, the optional backups.
 def observability_types() -> list[str]:
     """Log groups, alarms (tests/test_infra_alarms.py), the dashboard, the roles, backups."""
-    alarms = 2 * len(QUEUES) + len(CHALICE_FUNCTIONS) + 1 + 3 + 1 + 3
+    alarms = 2 * len(QUEUES) + len(CHALICE_FUNCTIONS) + 1 + 3 + 1 + 3 + 1  # the last: vendor failure rate
     return (["AWS::SSM::Parameter", "AWS::SNS::Topic", "AWS::SNS::Subscription", "AWS::CloudWatch::Dashboard"]
             + ["AWS::Logs::LogGroup"] * (len(CHALICE_FUNCTIONS) + 1)
             + ["AWS::CloudWatch::Alarm"] * alarms

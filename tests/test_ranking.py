@@ -224,10 +224,35 @@ def test_a_request_naming_a_vendor_ranks_its_authored_tool_above_another_vendors
             authored("create-order", "Create a shop7 sales order.", "POST", "http://127.0.0.1:9/customers/{customer}/orders")]
     # WHEN a request names the shop
     order = ranked([imported, *shop], "shop7 orders")
-    # THEN the shop's tools come first; with the authored tools left without structure, the import would cut in
+    # THEN the shop's tools come first, also with the authored tools left without structure (the
+    # request names the shop: the import's structure is kept out)
     assert set(order[:2]) == {"list-orders", "create-order"}
     unshaped = [replace(doc, structure=None) for doc in shop]
-    assert set(ranked([imported, *unshaped], "shop7 orders")[:2]) != {"list-orders", "create-order"}
+    assert set(ranked([imported, *unshaped], "shop7 orders")[:2]) == {"list-orders", "create-order"}
+    # AND without the vendor's name the import's structure counts, and the shop's own structure
+    # keeps its list of orders ahead of it
+    assert ranked([imported, *shop], "sales orders")[0] == "list-orders"
+
+
+def test_a_request_naming_a_vendor_keeps_another_vendors_structure_out() -> None:
+    # GIVEN two shops with the same authored order tools (the e2e tests' toolbox: many such shops)
+    def authored(vendor: str, name: str, method: str) -> Document:
+        description = f"{name.replace('-', ' ').capitalize()} in the shop."
+        definition = {"name": name, "request": {"method": method, "url": f"http://127.0.0.1:9/{name}"}}
+        return Document(f"{vendor}/{name}", vendor, name, description, document_vector(vendor, name, description),
+                        structure.of(definition, None))
+
+    docs = [authored(shop, name, method) for shop in ("shop1f931ee2", "shop8de1a36d", "shop-north")
+            for name, method in (("list-orders", "GET"), ("create-order", "POST"))]
+    index = SearchIndex.build(docs)
+    # WHEN a verbless request names one shop (one word, or a hyphenated name's words)
+    for shop in ("shop1f931ee2", "shop-north"):
+        hits = [key for key, _ in index.search(f"{shop.replace('-', ' ')} orders", limit=3)]
+        # THEN both of its tools come first: another shop's list-orders, lifted by the verbless
+        # request's lean to reads, does not cut in
+        assert set(hits[:2]) == {f"{shop}/list-orders", f"{shop}/create-order"}, hits
+    # AND a request naming no vendor still gets the lean (a list first)
+    assert index.search("orders", limit=1)[0][0].endswith("/list-orders")
 
 
 @pytest.mark.parametrize("definition", [

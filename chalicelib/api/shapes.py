@@ -87,8 +87,8 @@ def pin(change: PinChange) -> dict[str, Any]:
 
 
 def event(record: HistoryEvent) -> dict[str, Any]:
-    """A history event."""
-    return {
+    """A history event (`run_id` for a decision on a run: who decided is its `actor`)."""
+    shape = {
         "vendor": record.vendor,
         "name": record.name,
         "action": record.action,
@@ -96,6 +96,9 @@ def event(record: HistoryEvent) -> dict[str, Any]:
         "actor": record.actor,
         "at": iso(record.at),
     }
+    if record.run_id is not None:
+        shape["run_id"] = record.run_id
+    return shape
 
 
 def tool_version(record: ToolVersion) -> dict[str, Any]:

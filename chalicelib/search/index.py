@@ -110,6 +110,12 @@ class SearchIndex:
         # row -> MiniLM vector a search computed for a PENDING doc; only ever gains entries, so
         # searches sharing it are safe (an updated index starts afresh: its docs may have changed)
         self._computed: dict[int, np.ndarray] = {}
+        # each vendor's content words and rows: a request naming a vendor asks within it
+        by_vendor: dict[str, list[int]] = {}
+        for row, doc in enumerate(docs):
+            by_vendor.setdefault(doc.vendor, []).append(row)
+        self._vendors = [(frozenset(content_words(vendor.replace("-", " "))), np.array(rows, np.int64))
+                         for vendor, rows in by_vendor.items()]
 
     @classmethod
     def build(cls, docs: Iterable[Document]) -> SearchIndex:
@@ -221,7 +227,7 @@ class SearchIndex:
                  + W_STATIC * static
                  + W_KEYWORD * (keyword / top if top > 0 else keyword) + W_NAME * named)
         if W_STRUCTURE:
-            fused = fused + W_STRUCTURE * signals.shapes.scores(query, content)
+            fused = fused + W_STRUCTURE * self._within_named_vendors(content, signals.shapes.scores(query, content))
         if memory is not None:
             fused = fused + memory.boost(query_vector, self._rows, len(self._keys))
         fused = np.round(fused, 6)  # scores as answered: equal ones (to a rounding) are ordered by key
@@ -242,6 +248,18 @@ class SearchIndex:
         hits = np.flatnonzero((keyword > 0) | (cosine >= HIT_COSINE) | _listed_while_pending(static, signals.known))
         order = hits[np.lexsort((self._key_order[hits], -fused[hits]))][:limit]
         return [(self._keys[i], float(fused[i])) for i in order]
+
+    def _within_named_vendors(self, content: list[str], scores: np.ndarray) -> np.ndarray:
+        """`scores` (the structure signal) kept only for the tools of the vendors the request names,
+        if it names any: in "shop orders" the shop's create-order stays ahead of another vendor's
+        list-orders, which the verbless request's lean to reads would otherwise lift."""
+        asked = set(content)
+        named = [rows for words, rows in self._vendors if words and words <= asked]
+        if not named or sum(len(rows) for rows in named) == len(self._keys):
+            return scores
+        kept = np.zeros(len(scores), bool)
+        kept[np.concatenate(named)] = True
+        return np.where(kept, scores, 0.0)
 
     def _pending_sentence(self, rows: np.ndarray, query_vector: np.ndarray,
                           centred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -521,7 +521,7 @@ class PolicyItem(Model):
 
 
 class HistoryItem(Model):
-    """One promotion, demotion, pin or unpin; never edited; expires after the stage's retention."""
+    """One promotion, demotion, pin or unpin, or a decision on a run; never edited; expires after the stage's retention."""
 
     Meta = _meta("history")
     agent_id = UnicodeAttribute(hash_key=True)
@@ -533,6 +533,7 @@ class HistoryItem(Model):
     actor = UnicodeAttribute()
     at = UTCDateTimeAttribute()
     ttl = TTLAttribute(null=True)  # DynamoDB removes the event this long after it (HistoryRetentionDays)
+    run_id = UnicodeAttribute(null=True)  # a person's decision on a run (or its expiry): which run
 
 
 class RunsByAgent(GlobalSecondaryIndex["RunItem"]):

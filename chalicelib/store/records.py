@@ -253,7 +253,9 @@ class Upstream:
 
 @dataclass(frozen=True)
 class HistoryEvent:
-    """A promotion, a demotion, a pin or an unpin, with its cause."""
+    """A promotion, a demotion, a pin or an unpin, with its cause; or a decision on a run waiting
+    for a person (`approved` / `denied` by `actor`, or `expired` undecided), its cause the policy
+    the run was asked under (`first_call`: a standing decision; `every_call`: this call only)."""
 
     vendor: str
     name: str
@@ -261,6 +263,7 @@ class HistoryEvent:
     cause: str
     actor: str
     at: datetime
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from pynamodb.exceptions import DoesNotExist
 
 from chalicelib.config import settings
 from chalicelib.outcomes import RunStatus
+from chalicelib.store import history
 from chalicelib.store.agents import due_fields
 from chalicelib.store.base import ConditionFailed, key_ok, page, transaction, update_if
 from chalicelib.store.models import (
@@ -28,6 +29,7 @@ from chalicelib.store.models import (
     SHARDS,
     AgentSettingsItem,
     ApprovalItem,
+    HistoryItem,
     PromotionItem,
     RunItem,
     RunResultItem,
@@ -127,6 +129,7 @@ def approve(run: Run, approver: str, lease_expires_at: datetime, now: datetime, 
             )
             if remember:
                 write.save(_decision(run, ALLOW, approver, now, shape))
+            _save_event(write, history.decision_item(run, history.APPROVED, approver, now))
             write.update(
                 AgentSettingsItem(agent_id=run.agent_id, sk=AGENT_SK),
                 actions=[AgentSettingsItem.leases[run.run_id].set(lease_expires_at.timestamp())],
@@ -143,15 +146,19 @@ def deny(run: Run, approver: str, now: datetime, *, shape: dict[str, Any]) -> bo
     actions = [RunItem.status.set(RunStatus.DENIED), RunItem.updated_at.set(now), RunItem.decided_by.set(approver),
                RunItem.pending_account_id.remove()]
     return _end(run, actions, RunItem.status == RunStatus.AWAITING, now, announce=True,
-                also=_decision(run, DENY, approver, now, shape))
+                also=_decision(run, DENY, approver, now, shape),
+                event=history.decision_item(run, history.DENIED, approver, now))
 
 
 def expire(run: Run | RunToSweep, now: datetime, *, cutoff: datetime, announce: bool) -> bool:
     """End a run whose lease ran out by `cutoff` (a wait nobody decided, or a Lambda that died
-    mid-run) and was still in the status it was read in; `announce` as for `finish`."""
+    mid-run) and was still in the status it was read in; `announce` as for `finish`. A wait's
+    expiry (`run` read in full) is an event in its agent's History, in the same transaction."""
     actions = [RunItem.status.set(RunStatus.EXPIRED), RunItem.updated_at.set(now), RunItem.pending_account_id.remove()]
     condition = (RunItem.status == run.status) & (RunItem.lease_expires_at <= cutoff)
-    return _end(run, actions, condition, now, announce=announce)
+    event = (history.decision_item(run, history.EXPIRED, history.EXPIRY_ACTOR, now)
+             if isinstance(run, Run) and run.status == RunStatus.AWAITING else None)
+    return _end(run, actions, condition, now, announce=announce, event=event)
 
 
 def to_sweep(now: datetime) -> list[RunToSweep]:
@@ -170,7 +177,7 @@ def announced(run_id: str) -> bool:
 
 
 def _end(run: Run | RunToSweep, actions: list[Any], condition: Any, now: datetime, *, announce: bool,
-         also: ApprovalItem | None = None) -> bool:
+         also: ApprovalItem | None = None, event: HistoryItem | None = None) -> bool:
     """The run's change and its lease released, atomically; it stays in `to_sweep` (at `now`)
     only when its end is news still to hand over."""
     if announce:
@@ -186,9 +193,16 @@ def _end(run: Run | RunToSweep, actions: list[Any], condition: Any, now: datetim
             )
             if also is not None:
                 write.save(also)
+            if event is not None:
+                _save_event(write, event)
     except ConditionFailed:
         return False
     return True
+
+
+def _save_event(write: Any, event: HistoryItem) -> None:
+    """A decision's History event, in the decision's own transaction; never over another."""
+    write.save(event, condition=HistoryItem.event_id.does_not_exist())
 
 
 def _decision(run: Run, decision: str, approver: str, now: datetime, shape: dict[str, Any]) -> ApprovalItem:
