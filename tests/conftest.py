@@ -32,6 +32,7 @@ os.environ.update(
 import pytest
 from chalice.test import Client
 from moto import mock_aws
+from moto.core.config import DefaultConfig, default_user_config
 
 from app import app
 from chalicelib import config, indexes
@@ -79,10 +80,39 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(f"Console screenshots: {SCREENSHOTS}")
 
 
+def _one_key_pair_for_symmetric_keys() -> None:
+    """moto makes an RSA key pair for every KMS key it creates, symmetric ones too (which never
+    use it): 2048 bits, 50-150 ms of CPU, once per test for the secrets key (`aws` below). A
+    symmetric key gets one pair made once per process instead; its own key material (what
+    encrypts and decrypts) is still new for every key, and asymmetric keys still get their own."""
+    from moto.kms import models as kms_models
+
+    original = kms_models.generate_private_key
+    made: dict[str, Any] = {}
+
+    def generate_private_key(key_spec: str) -> Any:
+        if key_spec != "SYMMETRIC_DEFAULT":
+            return original(key_spec)
+        if key_spec not in made:
+            made[key_spec] = original(key_spec)
+        return made[key_spec]
+
+    kms_models.generate_private_key = generate_private_key
+
+
+_one_key_pair_for_symmetric_keys()
+
+# moto drops boto3's default session at every start unless told not to, so every test's first
+# client of a service read botocore's endpoint and service files again (about as long as the
+# tables take to create). The session stays; what moto holds (tables, keys, queues) is still
+# emptied at every start, and the credentials are the fake ones above either way.
+KEEP_SESSION: DefaultConfig = {"core": {**default_user_config["core"], "reset_boto3_session": False}}
+
+
 @pytest.fixture(autouse=True)
 def aws() -> Iterator[None]:
     """Every test gets fresh, empty tables in moto, and a cold search cache."""
-    with mock_aws():
+    with mock_aws(config=KEEP_SESSION):
         emulator.forget_tokens()
         create_all()
         vault._kms.cache_clear()
