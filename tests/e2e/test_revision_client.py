@@ -118,7 +118,7 @@ class _Documents:
         context.load_cert_chain(cert_file, key_file)
         self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         self.url = f"https://localhost:{self.httpd.server_address[1]}/oauth/client.json"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def close(self) -> None:
         self.httpd.shutdown()
