@@ -7,8 +7,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 
+from chalicelib import config
+from chalicelib.store.models import TABLES
 from local.process import ROOT
 from tests.isolation import lock_path, one_at_a_time
 
@@ -64,3 +67,62 @@ def test_dev_test_runs_each_file_whole_in_one_worker() -> None:
     script = (ROOT / "dev").read_text()
     test = script[script.index("  test)"):script.index(";;", script.index("  test)"))]
     assert '-n "${TEST_WORKERS:-auto}" --dist loadfile "$@"' in test
+
+
+# --- the aws fixture: each test starts with moto as the app's setup leaves it --------------------
+# (tests/conftest.py copies moto's tables and key from the process's first test; whatever a test
+# changes, in a table, the key or a queue, must be gone for the next)
+
+
+def _moto_as_just_set_up() -> list[str]:
+    """What differs from freshly created tables, secrets key and queues (empty: nothing)."""
+    dynamodb, kms, sqs = boto3.client("dynamodb"), boto3.client("kms"), boto3.client("sqs")
+    found = []
+    for model in TABLES:
+        name = model.Meta.table_name
+        if dynamodb.describe_table(TableName=name)["Table"]["TableStatus"] != "ACTIVE":
+            found.append(f"{name} not active")
+        if dynamodb.scan(TableName=name)["Items"]:
+            found.append(f"{name} has items")
+    aliases = sorted(alias["AliasName"] for alias in kms.list_aliases()["Aliases"]
+                     if not alias["AliasName"].startswith("alias/aws/"))
+    if aliases != [config.settings().kms_key_id]:
+        found.append(f"aliases {aliases}")
+    if len(kms.list_keys()["Keys"]) != 1:
+        found.append(f"keys {kms.list_keys()['Keys']}")
+    if kms.describe_key(KeyId=config.settings().kms_key_id)["KeyMetadata"]["KeyState"] != "Enabled":
+        found.append("the secrets key is not enabled")
+    urls = sorted(sqs.list_queues().get("QueueUrls", []))
+    wanted = sorted(sqs.get_queue_url(QueueName=name)["QueueUrl"]
+                    for name in (config.settings().sweep_queue, config.settings().webhook_queue))
+    if not set(wanted) <= set(urls) or any(url.endswith("/left-behind") for url in urls):
+        found.append(f"queues {urls}")
+    for url in wanted:
+        if sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages"):
+            found.append(f"{url} has messages")
+    return found
+
+
+def _leave_everything_changed() -> None:
+    dynamodb, kms, sqs = boto3.client("dynamodb"), boto3.client("kms"), boto3.client("sqs")
+    for model in TABLES:
+        keys = {attribute["AttributeName"] for attribute in
+                dynamodb.describe_table(TableName=model.Meta.table_name)["Table"]["KeySchema"]}
+        dynamodb.put_item(TableName=model.Meta.table_name, Item={key: {"S": "left-behind"} for key in keys})
+    key_id = kms.describe_key(KeyId=config.settings().kms_key_id)["KeyMetadata"]["KeyId"]
+    kms.create_alias(AliasName="alias/left-behind", TargetKeyId=key_id)
+    kms.create_key(Description="left behind")
+    kms.disable_key(KeyId=key_id)
+    sqs.create_queue(QueueName="left-behind")
+    sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName=config.settings().sweep_queue)["QueueUrl"],
+                     MessageBody="{}")
+
+
+@pytest.mark.parametrize("turn", ["first", "second", "third"])  # the first of a process makes what the others copy
+def test_every_test_starts_with_aws_as_just_set_up_whatever_the_one_before_left(turn: str) -> None:
+    # GIVEN moto as this test finds it (the turns run before it changed everything)
+    # THEN it holds the app's tables (empty), its key (enabled, the only one) and its empty queues
+    assert _moto_as_just_set_up() == []
+    # WHEN this test changes all of it, THEN that is seen (the check above can fail), for the next turn
+    _leave_everything_changed()
+    assert len(_moto_as_just_set_up()) == len(TABLES) + 5
