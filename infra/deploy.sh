@@ -164,8 +164,17 @@ echo "deploying stage $stage as $stack to account $account in $AWS_DEFAULT_REGIO
 
 if [ "$mode" = rollback ]; then
   mapfile -t kept < <(aws s3 ls "$releases/" | awk '{print $4}' | grep '\.yaml$' | sort)
-  if [ ${#kept[@]} -lt 2 ]; then echo "no earlier release of $stack in $releases/" >&2; exit 1; fi
-  previous=${kept[${#kept[@]}-2]}
+  # Replayed oldest first as a stack: a release is pushed; a rollback's copy
+  # (<time>-rollback-to-<release>) pops back to the release it returned to. The top is what runs;
+  # the one under it is where this rollback goes, so a second rollback goes one further back,
+  # never forward again to the release just rolled back from.
+  previous=$(printf '%s\n' "${kept[@]}" | awk '
+    NF { n = split($0, parts, "-rollback-to-")
+         if (n == 1) { stack[++top] = $0; next }
+         while (top > 0 && stack[top] != parts[n]) top--
+         if (top == 0) stack[++top] = parts[n] }
+    END { if (top >= 2) print stack[top - 1] }')
+  if [ -z "$previous" ]; then echo "no earlier release of $stack in $releases/" >&2; exit 1; fi
   out=$(mktemp -d)
   trap 'rm -rf "$out"' EXIT
   aws s3 cp --quiet "$releases/$previous" "$out/packaged.yaml"
@@ -173,7 +182,7 @@ if [ "$mode" = rollback ]; then
   aws cloudformation deploy --template-file "$out/packaged.yaml" --stack-name "$stack" \
     --capabilities CAPABILITY_IAM CAPABILITY_AUTO_EXPAND --no-fail-on-empty-changeset \
     --parameter-overrides "Stage=$stage"
-  # the rolled-back release becomes the newest, so a second rollback goes one further back
+  # kept as the newest: the next rollback reads from it what now runs
   aws s3 cp --quiet "$out/packaged.yaml" "$releases/$(date -u +%Y%m%dT%H%M%SZ)-rollback-to-$previous"
   exit 0
 fi
