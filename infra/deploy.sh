@@ -93,6 +93,12 @@ cd "$(dirname "$0")/.."
 usage="usage: infra/deploy.sh [--preview] STAGE S3_BUCKET [--tag Key=Value ...] [Parameter=value ...]
        infra/deploy.sh --rollback STAGE S3_BUCKET
        infra/deploy.sh --rollback-alias STAGE"
+valid_stage() {
+  if ! [[ $1 =~ ^[a-z][a-z0-9-]{0,20}$ ]] || [[ $1 == *- ]] || [[ $1 == *--* ]]; then
+    echo "a stage is lower-case letters, digits and single dashes, starting with a letter, at most 21: $1" >&2
+    exit 2
+  fi
+}
 mode=deploy
 case ${1:-} in
   --preview) mode=preview; shift ;;
@@ -100,9 +106,15 @@ case ${1:-} in
   --rollback-alias)
     # Seconds, no CloudFormation: every function's alias `live` back to the version before it.
     stage=${2:?$usage}
-    if ! [[ $stage =~ ^[a-z][a-z0-9-]{0,20}$ ]]; then echo "a stage is lower-case letters, digits and dashes: $stage" >&2; exit 2; fi
-    for function in $(aws cloudformation describe-stack-resources --stack-name "workset-$stage" \
-        --query "StackResources[?ResourceType=='AWS::Lambda::Function'].PhysicalResourceId" --output text); do
+    valid_stage "$stage"
+    # read first, not in the loop's word list: a failure there (no such stack) would end the loop
+    # with nothing done and the script would say it rolled back
+    if ! functions=$(aws cloudformation describe-stack-resources --stack-name "workset-$stage" \
+        --query "StackResources[?ResourceType=='AWS::Lambda::Function'].PhysicalResourceId" --output text) ||
+       [ -z "${functions//[[:space:]]/}" ] || [ "$functions" = None ]; then
+      echo "no functions found in the stack workset-$stage: is $stage the stage's name?" >&2; exit 1
+    fi
+    for function in $functions; do
       current=$(aws lambda get-alias --function-name "$function" --name live --query FunctionVersion --output text)
       previous=$(aws lambda list-versions-by-function --function-name "$function" --query "Versions[].Version" \
         --output text | tr '\t' '\n' | grep -E '^[0-9]+$' | awk -v c="$current" '$1 < c' | sort -n | tail -1)
@@ -116,10 +128,7 @@ esac
 stage=${1:?$usage}
 bucket=${2:?$usage}
 shift 2
-if ! [[ $stage =~ ^[a-z][a-z0-9-]{0,20}$ ]] || [[ $stage == *- ]] || [[ $stage == *--* ]]; then
-  echo "a stage is lower-case letters, digits and single dashes, starting with a letter, at most 21: $stage" >&2
-  exit 2
-fi
+valid_stage "$stage"
 tags=()
 overrides=()
 access_logs=On

@@ -123,3 +123,24 @@ def test_after_a_rollback_and_a_new_deploy_a_rollback_returns_to_the_rolled_back
     result = fake.run("--rollback", "prod", BUCKET)
     assert result.returncode == 0, result.stderr
     assert fake.deployed() == ["A"]
+
+
+def test_a_rollback_alias_of_a_stage_without_a_stack_fails_and_says_so(fake: Fake) -> None:
+    # GIVEN no stack of the stage (a typo in its name)
+    # WHEN its aliases are rolled back
+    result = fake.run("--rollback-alias", "prdo")
+    # THEN it fails, and never says that it rolled anything back
+    assert result.returncode != 0
+    assert "settles it" not in result.stdout
+    assert "workset-prdo" in result.stderr
+
+
+@pytest.mark.parametrize("stage", ["Prod", "prod-", "pr--od", "-prod", "1prod", "prod x", "p" * 22, "$(touch x)",
+                                   "prod;ls", ""])
+@pytest.mark.parametrize("mode", [["--rollback-alias"], ["--rollback"], ["--preview"], []])
+def test_a_stage_that_is_no_valid_name_is_refused_before_any_aws_call(fake: Fake, mode: list[str],
+                                                                       stage: str) -> None:
+    result = fake.run(*mode, stage, *([] if mode == ["--rollback-alias"] else [BUCKET]))
+    assert result.returncode != 0
+    assert fake.calls() == []
+    assert not (ROOT / "x").exists() and not (Path.cwd() / "x").exists()
