@@ -146,6 +146,11 @@ while [ $# -gt 0 ]; do
   if [[ $1 == ApiAccessLogs=* ]]; then access_logs=${1#ApiAccessLogs=}; fi
   shift
 done
+if [ "$mode" = rollback ] && [ $((${#tags[@]} + ${#overrides[@]})) -gt 0 ]; then
+  # it deploys the old template with the stack's current parameters and tags: what is given here
+  # would be dropped without a word
+  echo "--rollback takes no parameter or tag (it keeps the stack's): ${tags[*]} ${overrides[*]}" >&2; exit 2
+fi
 stack=workset-$stage
 releases=s3://$bucket/$stack/releases
 

@@ -144,3 +144,14 @@ def test_a_stage_that_is_no_valid_name_is_refused_before_any_aws_call(fake: Fake
     assert result.returncode != 0
     assert fake.calls() == []
     assert not (ROOT / "x").exists() and not (Path.cwd() / "x").exists()
+
+
+@pytest.mark.parametrize("extra", [["AlarmEmail=ops@example.com"], ["--tag", "team=ops"], ["Unknown=1"]])
+def test_a_rollback_refuses_what_it_would_ignore(fake: Fake, extra: list[str]) -> None:
+    # a rollback deploys an old template with the stack's current parameters and tags: an override
+    # given to it would be silently dropped, which the operator would read as applied
+    fake.release("prod", "20261201T100000Z.yaml", "A")
+    fake.release("prod", "20261202T100000Z.yaml", "B")
+    result = fake.run("--rollback", "prod", BUCKET, *extra)
+    assert result.returncode == 2, result.stderr
+    assert fake.deployed() == [] and fake.calls() == []
