@@ -112,7 +112,8 @@ def tell_client(state: AgentState, *, changed: bool) -> bool:
 
 @contextmanager
 def listen_slot(state: AgentState, now: datetime, *, hold_seconds: float) -> Iterator[None]:
-    """Hold one of the account's listen slots for a held listen (store/listens.py), or raise
+    """Hold one of the account's listen slots for a held listen, or a call held for a person's
+    decision (mcp/approvals.py; store/listens.py), or raise
     ListenLimit when the account holds WORKSET_MAX_LISTENS_PER_ACCOUNT already. A slot whose
     holder died is free again LISTEN_SLOT_MARGIN_SECONDS after its hold would have ended."""
     limit = settings().max_listens_per_account

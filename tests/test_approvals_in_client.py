@@ -17,7 +17,12 @@ from typing import Any
 
 import pytest
 
+from chalicelib import workingset
+from chalicelib.clock import utcnow
+from chalicelib.errors import ListenLimit
+from chalicelib.mcp import approvals
 from chalicelib.mcp.approvals import INPUT_KEY
+from chalicelib.store import agents
 from tests.conftest import Admin, Mcp, Vendor
 
 ORDER = {"vendor": "unleashed", "name": "create-order"}
@@ -262,3 +267,79 @@ def test_a_legacy_client_without_the_session_keeps_todays_answer_exactly(admin: 
     assert set(result) == {"content", "structuredContent", "isError", "_meta"} or set(result) == {
         "content", "structuredContent", "isError"}
     assert result["structuredContent"]["status"] == "awaiting_approval"
+
+
+# -- holds are bounded ---------------------------------------------------------------------------
+
+class _Clock:
+    """approvals' `time`, faked: a hold's sleeps are recorded and advance the clock at once."""
+
+    def __init__(self) -> None:
+        self.at = 0.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.at
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.at += seconds
+
+    def time(self) -> float:
+        return time.time()
+
+
+@pytest.fixture
+def one_held_request(settings_env: Any, monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    """An account that may hold one request at once (the listens' limit) and a hold of 10 s,
+    on a fake clock."""
+    settings_env(WORKSET_MAX_LISTENS_PER_ACCOUNT="1", WORKSET_APPROVAL_HOLD_SECONDS="10")
+    clock = _Clock()
+    monkeypatch.setattr(approvals, "time", clock)
+    return clock
+
+
+def _slot_taken(agent: dict[str, Any]) -> Any:
+    state = agents.load_state(agent["id"])
+    assert state is not None
+    return workingset.listen_slot(state, utcnow(), hold_seconds=30)
+
+
+def _slots_free(agent: dict[str, Any]) -> bool:
+    try:
+        with _slot_taken(agent):
+            return True
+    except ListenLimit:
+        return False
+
+
+def test_a_2025_call_holds_only_when_the_account_has_a_slot_free(admin: Admin, mcp: Mcp, agent: dict[str, Any],
+                                                                 write_tool: None, one_held_request: _Clock) -> None:
+    # each held call keeps one Lambda execution busy, as a held listen does: an account holds a
+    # bounded number at once, whatever its agents send (listens and approval holds together)
+    session = _initialize(mcp, URL_MODE).headers["Mcp-Session-Id"]
+    # GIVEN the account's one slot held by another request
+    with _slot_taken(agent):
+        # WHEN a call that waits on a person comes
+        answer = _legacy_call(mcp, session)
+        # THEN it is answered at once (the elicitation, then today's awaiting result): nothing held
+        assert [n["method"] for n in answer.notifications if n["method"] != "notifications/tools/list_changed"] == [
+            "elicitation/create"]
+        assert answer.json_body["result"]["structuredContent"]["status"] == "awaiting_approval"
+        assert one_held_request.slept == []
+    # AND with the slot free the next call holds, and gives the slot back when its hold ends
+    _legacy_call(mcp, session)
+    assert one_held_request.slept and sum(one_held_request.slept) >= 10
+    assert _slots_free(agent)
+
+
+def test_a_2026_retry_holds_only_when_the_account_has_a_slot_free(admin: Admin, modern: Mcp, agent: dict[str, Any],
+                                                                  vendor: Vendor, one_held_request: _Clock) -> None:
+    state = _first(modern)["requestState"]
+    with _slot_taken(agent):
+        result = _retry(modern, state).json_body["result"]
+        assert result["structuredContent"]["status"] == "awaiting_approval"
+        assert one_held_request.slept == []
+    assert _retry(modern, state).json_body["result"]["structuredContent"]["status"] == "awaiting_approval"
+    assert one_held_request.slept and _slots_free(agent)
+    assert len(_pending(admin)) == 1 and vendor.received == []

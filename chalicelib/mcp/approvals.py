@@ -9,7 +9,8 @@ whose request capabilities declare `elicitation.url` gets an `InputRequiredResul
 request is a URL-mode `elicitation/create` for the run's page, with a `requestState` sealed to
 the agent, the run, the tool's name and its arguments, and expiring with the wait. The retry
 (`inputResponses`, the state echoed) never starts a run: it reads the run the first call started,
-holding up to `approval_hold_seconds` for the person, and answers the vendor's result, the denial,
+holding up to `approval_hold_seconds` for the person (when one of the account's slots for held
+requests is free, `wait_for_decision`), and answers the vendor's result, the denial,
 or (still waiting) today's `awaiting_approval` result. The console's approval is the one
 conditional write that moves the run on and calls the vendor (`runs.approve`), so however a retry
 races it, there is one run and one vendor call.
@@ -36,10 +37,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from chalicelib import runs
+from chalicelib import runs, workingset
 from chalicelib.clock import utcnow
 from chalicelib.config import settings
-from chalicelib.errors import ToolDenied, WorksetError
+from chalicelib.errors import ListenLimit, ToolDenied, WorksetError
 from chalicelib.mcp.protocol import INVALID_PARAMS, ProtocolError, Request
 from chalicelib.outcomes import Outcome, RunStatus, failure, tool_result
 from chalicelib.store.records import AgentState, Run
@@ -176,7 +177,19 @@ def is_client_response(message: Mapping[str, Any]) -> bool:
 
 def wait_for_decision(state: AgentState, run: Run, hold_seconds: float) -> Run:
     """The run once it has ended, or as it stands when the hold is over (read at POLL_SECONDS,
-    doubling up to POLL_MAX_SECONDS)."""
+    doubling up to POLL_MAX_SECONDS). A hold keeps one Lambda execution busy, as a held listen
+    does, so it takes one of the account's slots for held requests (`workingset.listen_slot`);
+    with none free the run is answered as it stands, at once (the agent follows with get_run)."""
+    if run.status not in (RunStatus.AWAITING, RunStatus.RUNNING) or hold_seconds <= 0:
+        return run
+    try:
+        with workingset.listen_slot(state, utcnow(), hold_seconds=hold_seconds):
+            return _poll(state, run, hold_seconds)
+    except ListenLimit:
+        return run
+
+
+def _poll(state: AgentState, run: Run, hold_seconds: float) -> Run:
     deadline = time.monotonic() + hold_seconds
     pause = POLL_SECONDS
     while run.status in (RunStatus.AWAITING, RunStatus.RUNNING) and (left := deadline - time.monotonic()) > 0:
