@@ -218,6 +218,23 @@ def waiting(run: Run) -> Outcome:
     )
 
 
+def recorded_answer(run: Run) -> Outcome:
+    """An ended run's answer as the call itself gave it (for a retry or a task that reads it
+    later): the vendor's result or the failure, and an MCP server's own tool result passed on as
+    it is, not wrapped as structured content (one GetItem, for the tool's version)."""
+    failed = run.status == RunStatus.FAILED
+    stored = (run.error if failed else run.result) or {}
+    return Outcome(stored, is_error=failed, status=RunStatus(run.status), run_id=run.run_id,
+                   mcp="error" not in stored and _from_upstream(run))
+
+
+def _from_upstream(run: Run) -> bool:
+    try:
+        return toolbox.resolve_version(run.account_id, run.vendor, run.name, run.version).spec.upstream is not None
+    except ToolNotFound:
+        return False
+
+
 def approval_url(run_id: str) -> str:
     """Where a person approves or denies a run."""
     return f"{settings().public_url}/console/approvals/{run_id}"

@@ -24,6 +24,7 @@ from chalicelib.mcp import approvals
 from chalicelib.mcp.approvals import INPUT_KEY
 from chalicelib.store import agents
 from tests.conftest import Admin, Mcp, Vendor
+from tests.upstream_servers import forecast_server, sdk_server
 
 ORDER = {"vendor": "unleashed", "name": "create-order"}
 NAME = "unleashed__create-order"
@@ -343,3 +344,23 @@ def test_a_2026_retry_holds_only_when_the_account_has_a_slot_free(admin: Admin, 
     assert _retry(modern, state).json_body["result"]["structuredContent"]["status"] == "awaiting_approval"
     assert one_held_request.slept and _slots_free(agent)
     assert len(_pending(admin)) == 1 and vendor.received == []
+
+
+# -- an MCP server's tool -----------------------------------------------------------------------
+
+def test_the_retry_answers_an_mcp_servers_tool_result_as_the_call_itself_does(admin: Admin, modern: Mcp) -> None:
+    # GIVEN a write tool of a registered MCP server, called by a client that takes URL mode
+    with sdk_server(forecast_server()) as url:
+        assert admin.call("POST", "/v1/upstreams", {"vendor": "weather", "url": url}).status_code == 201
+        modern.call("promote", {"vendor": "weather", "name": "create-note"})
+        note = {"name": "weather__create-note", "arguments": {"title": "t", "body": "b"}}
+        first = modern.post("tools/call", note).json_body["result"]
+        admin.call("POST", f"/v1/approvals/{_pending(admin)[0]['id']}/approve")
+        # WHEN the client retries once the person approved
+        retried = modern.post("tools/call", {**note, "requestState": first["requestState"],
+                                             "inputResponses": {INPUT_KEY: {"action": "accept"}}}).json_body["result"]
+        # THEN it gets the server's own result, as a call that needs no person gets it
+        direct = modern.post("tools/call", note).json_body["result"]
+    assert direct["isError"] is False and direct["content"][0]["text"].startswith("created note")
+    assert {key: retried[key] for key in ("content", "isError")} == {key: direct[key] for key in ("content", "isError")}
+    assert retried.get("structuredContent") == direct.get("structuredContent")

@@ -202,10 +202,8 @@ def _poll(state: AgentState, run: Run, hold_seconds: float) -> Run:
 def answer_for(run: Run) -> Outcome:
     """The call's answer as its run stands: the vendor's result, the failure, the denial, the
     expiry, or (undecided, or still running) where it stands, to follow with get_run."""
-    if run.status == RunStatus.SUCCEEDED:
-        return Outcome(run.result or {}, run_id=run.run_id)
-    if run.status == RunStatus.FAILED:
-        return Outcome(run.error or {}, is_error=True, status=RunStatus.FAILED, run_id=run.run_id)
+    if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
+        return runs.recorded_answer(run)
     if run.status == RunStatus.DENIED:
         return _ended(ToolDenied(f"{run.decided_by or 'a person'} denied this call; it never reached the vendor"), run)
     if run.status == RunStatus.EXPIRED:
