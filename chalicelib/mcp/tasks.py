@@ -13,7 +13,7 @@ from chalicelib.clock import iso
 from chalicelib.config import settings
 from chalicelib.errors import WorksetError
 from chalicelib.mcp.protocol import INVALID_PARAMS, ProtocolError, Request
-from chalicelib.outcomes import Outcome, RunStatus, tool_result
+from chalicelib.outcomes import RunStatus, tool_result
 from chalicelib.store.records import AgentState, Run
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -52,9 +52,7 @@ def get(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
         raise ProtocolError(INVALID_PARAMS, f"Unknown task: {task_id}") from None
     answer = _task(run)
     if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
-        failed = run.status == RunStatus.FAILED
-        structured = run.error if failed else run.result
-        answer["result"] = tool_result(Outcome(structured or {}, is_error=failed, status=RunStatus(run.status)))
+        answer["result"] = tool_result(runs.recorded_answer(run))
     return answer
 
 
