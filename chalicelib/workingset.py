@@ -125,7 +125,10 @@ def listen_slot(state: AgentState, now: datetime, *, hold_seconds: float) -> Ite
     try:
         yield
     finally:
-        listens.give_back(state.agent.account_id, taken)
+        try:  # the answer stands: a slot not given back frees by the clock (`until`)
+            listens.give_back(state.agent.account_id, taken)
+        except Exception as error:  # noqa: BLE001 - logged; never turns a held answer into a crash
+            log.failure("listen.slot_not_freed", error, agent_id=state.agent.agent_id)
 
 
 def wait_for_change(state: AgentState, *, hold_seconds: float) -> bool:
