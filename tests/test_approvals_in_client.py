@@ -292,7 +292,7 @@ class _Clock:
 
 @pytest.fixture
 def one_held_request(settings_env: Any, monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    """An account that may hold one request at once (the listens' limit) and a hold of 10 s,
+    """An account that may hold one approval hold (and one listen) at once, and a hold of 10 s,
     on a fake clock."""
     settings_env(WORKSET_MAX_LISTENS_PER_ACCOUNT="1", WORKSET_APPROVAL_HOLD_SECONDS="10")
     clock = _Clock()
@@ -303,7 +303,7 @@ def one_held_request(settings_env: Any, monkeypatch: pytest.MonkeyPatch) -> _Clo
 def _slot_taken(agent: dict[str, Any]) -> Any:
     state = agents.load_state(agent["id"])
     assert state is not None
-    return workingset.listen_slot(state, utcnow(), hold_seconds=30)
+    return workingset.listen_slot(state, utcnow(), hold_seconds=30, pool=workingset.APPROVAL_HOLDS)
 
 
 def _slots_free(agent: dict[str, Any]) -> bool:
@@ -317,7 +317,7 @@ def _slots_free(agent: dict[str, Any]) -> bool:
 def test_a_2025_call_holds_only_when_the_account_has_a_slot_free(admin: Admin, mcp: Mcp, agent: dict[str, Any],
                                                                  write_tool: None, one_held_request: _Clock) -> None:
     # each held call keeps one Lambda execution busy, as a held listen does: an account holds a
-    # bounded number at once, whatever its agents send (listens and approval holds together)
+    # bounded number at once, whatever its agents send
     session = _initialize(mcp, URL_MODE).headers["Mcp-Session-Id"]
     # GIVEN the account's one slot held by another request
     with _slot_taken(agent):
@@ -364,3 +364,16 @@ def test_the_retry_answers_an_mcp_servers_tool_result_as_the_call_itself_does(ad
     assert direct["isError"] is False and direct["content"][0]["text"].startswith("created note")
     assert {key: retried[key] for key in ("content", "isError")} == {key: direct[key] for key in ("content", "isError")}
     assert retried.get("structuredContent") == direct.get("structuredContent")
+
+
+def test_held_listens_do_not_starve_approval_holds(admin: Admin, modern: Mcp, agent: dict[str, Any],
+                                                   vendor: Vendor, one_held_request: _Clock) -> None:
+    # GIVEN the account's listens all held (a modern client listens all the time)
+    state = _first(modern)["requestState"]
+    listening = agents.load_state(agent["id"])
+    assert listening is not None
+    with workingset.listen_slot(listening, utcnow(), hold_seconds=30):
+        # WHEN a retry asks to wait for the person
+        _retry(modern, state)
+    # THEN it holds all the same: approval holds have slots of their own
+    assert one_held_request.slept
