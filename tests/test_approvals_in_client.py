@@ -19,7 +19,7 @@ import pytest
 
 from chalicelib import workingset
 from chalicelib.clock import utcnow
-from chalicelib.errors import ListenLimit
+from chalicelib.errors import ListenLimit, StoreUnavailable
 from chalicelib.mcp import approvals
 from chalicelib.mcp.approvals import INPUT_KEY
 from chalicelib.store import agents
@@ -377,3 +377,21 @@ def test_held_listens_do_not_starve_approval_holds(admin: Admin, modern: Mcp, ag
         _retry(modern, state)
     # THEN it holds all the same: approval holds have slots of their own
     assert one_held_request.slept
+
+
+def test_a_store_fault_on_the_retry_is_not_taken_for_a_bad_state(admin: Admin, modern: Mcp,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a waiting call's state, and a store that fails when the retry reads the run
+    state = _first(modern)["requestState"]
+
+    def failing(*args: Any) -> Any:
+        raise StoreUnavailable("DynamoDB is failing")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(approvals.runs, "get_for_agent", failing)
+        # WHEN the client retries
+        answer = _retry(modern, state)
+    # THEN it is not told its state is invalid (which would make it give the call up): the fault is ours
+    assert answer.json_body["error"]["code"] != -32602, answer.json_body
+    assert "requestState" not in answer.json_body["error"]["message"]
+    assert len(_pending(admin)) == 1

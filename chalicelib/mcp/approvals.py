@@ -98,7 +98,7 @@ def continue_call(state: AgentState, request: Request, name: str, arguments: dic
     run_id = unseal(state, request.params.get("requestState"), name, arguments)
     try:
         run = runs.get_for_agent(state, run_id, now)
-    except WorksetError:
+    except runs.RunNotFound:  # a store fault is ours, not the state's: it is not answered as one
         raise ProtocolError(INVALID_PARAMS, "Invalid params: requestState names no call of yours") from None
     responses = request.params.get("inputResponses")
     answer = responses.get(INPUT_KEY) if isinstance(responses, Mapping) else None
