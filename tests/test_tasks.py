@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from chalicelib.errors import StoreUnavailable
+from chalicelib.mcp import tasks
 from tests.conftest import Admin, Mcp, Vendor
 from tests.upstream_servers import forecast_server, sdk_server
 
@@ -88,3 +90,20 @@ def test_a_completed_task_answers_an_mcp_servers_tool_result_as_the_call_itself_
     assert done["status"] == "completed" and direct["content"][0]["text"].startswith("created note")
     assert done["result"]["content"] == direct["content"]
     assert done["result"].get("structuredContent") == direct.get("structuredContent")
+
+
+def test_a_store_fault_on_tasks_get_is_not_taken_for_an_unknown_task(admin: Admin, mcp: Mcp, write_tool: None,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a working task, and a store that fails when tasks/get reads its run
+    mcp.modern, mcp.capabilities = True, TASKS
+    created = _call(mcp)
+
+    def failing(*args: Any) -> Any:
+        raise StoreUnavailable("DynamoDB is failing")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tasks.runs, "get_for_agent", failing)
+        answer = mcp.post("tasks/get", {"taskId": created["taskId"]})
+    # THEN the client is not told the task is unknown (it would stop polling a task that still waits)
+    assert answer.json_body["error"]["code"] != -32602, answer.json_body
+    assert mcp.post("tasks/get", {"taskId": created["taskId"]}).json_body["result"]["status"] == "working"

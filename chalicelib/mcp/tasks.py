@@ -11,7 +11,6 @@ from typing import Any
 from chalicelib import runs
 from chalicelib.clock import iso
 from chalicelib.config import settings
-from chalicelib.errors import WorksetError
 from chalicelib.mcp.protocol import INVALID_PARAMS, ProtocolError, Request
 from chalicelib.outcomes import RunStatus, tool_result
 from chalicelib.store.records import AgentState, Run
@@ -48,7 +47,7 @@ def get(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
         raise ProtocolError(INVALID_PARAMS, "Invalid params: tasks/get needs a taskId")
     try:
         run = runs.get_for_agent(state, task_id, now)
-    except WorksetError:
+    except runs.RunNotFound:  # a store fault is ours, not an unknown task
         raise ProtocolError(INVALID_PARAMS, f"Unknown task: {task_id}") from None
     answer = _task(run)
     if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
