@@ -225,8 +225,9 @@ def recorded_answer(run: Run) -> Outcome:
     it is, not wrapped as structured content (one GetItem, for the tool's version)."""
     failed = run.status == RunStatus.FAILED
     stored = (run.error if failed else run.result) or {}
+    passed_on = isinstance(stored.get("content"), list) and "error" not in stored  # not a failure of ours, nor clipped
     return Outcome(stored, is_error=failed, status=RunStatus(run.status), run_id=run.run_id,
-                   mcp="error" not in stored and _from_upstream(run))
+                   mcp=passed_on and _from_upstream(run))
 
 
 def _from_upstream(run: Run) -> bool:
