@@ -1,4 +1,9 @@
-"""End-to-end harness: the real local stack in a subprocess (`python -m local`), driven over HTTP."""
+"""End-to-end harness: the real local stack in a subprocess (`python -m local`), driven over HTTP.
+
+Each stack's whole output (the app's JSON log lines, a traceback) is kept in a file under
+test-artifacts/e2e/, and a failing test's report ends with what the stacks printed while it ran
+(`pytest_runtest_makereport`): a crash's `*.internal_error` line is there, not lost with the stack.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,59 @@ from local import process
 from local.process import ROOT, RunningStack
 
 ADMIN_TOKEN = "wsa_e2e_" + uuid.uuid4().hex
-__all__ = ["ROOT", "Stack", "start_stack", "stop_stack"]
+ARTIFACTS = ROOT / "test-artifacts" / "e2e"
+TAIL_LINES = 150  # of a stack's output, in a failing test's report
+__all__ = ["ROOT", "Stack", "stack_log", "start_stack", "stop_stack"]
+
+_logs: list[Path] = []  # the output file of every stack this worker started
+_read_from = pytest.StashKey[dict[Path, int]]()  # each file's size when the test began
+
+
+def stack_log(data_dir: Path) -> Path:
+    """A new file under test-artifacts/e2e/ for the output of a stack on `data_dir` (pass it to
+    `process.start(log=...)`); a failing test's report shows its tail."""
+    path = ARTIFACTS / f"{data_dir.name}-{uuid.uuid4().hex[:8]}.log"
+    _logs.append(path)
+    return path
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    item.stash[_read_from] = {path: _size(path) for path in _logs}
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test (or its fixture) gets a section per stack that printed while it ran: the
+    last lines of that output."""
+    report = yield
+    if report.failed:
+        began = item.stash.get(_read_from, {})
+        for path in _logs:
+            tail = _tail(path, began.get(path, 0))
+            if tail:
+                report.sections.append((f"Captured output of the local stack, {path.relative_to(ROOT)}", tail))
+    return report
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _tail(path: Path, offset: int) -> str:
+    """The last `TAIL_LINES` lines written to `path` after `offset` bytes ("" when none)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    cut = len(lines) - TAIL_LINES
+    return "\n".join(([f"[{cut} earlier lines are in the file]"] if cut > 0 else []) + lines[-TAIL_LINES:])
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +129,7 @@ class Stack:
 
 
 def start_stack(data_dir: Path, env: dict[str, str] | None = None, *args: str, new_session: bool = False) -> Stack:
-    return Stack(process.start(data_dir, ADMIN_TOKEN, env, *args, new_session=new_session))
+    return Stack(process.start(data_dir, ADMIN_TOKEN, env, *args, new_session=new_session, log=stack_log(data_dir)))
 
 
 def stop_stack(stack: Stack) -> None:
