@@ -171,6 +171,16 @@ def test_a_pending_vector_that_arrives_joins_the_sentence_signal(stored: list[Do
     np.testing.assert_array_equal(updated._signals.vectors, SearchIndex.build(stored)._signals.vectors)
 
 
+def test_an_empty_index_takes_its_first_tools(stored: list[Document]) -> None:
+    # GIVEN the index of an empty toolbox (an account searched before it published anything)
+    empty = SearchIndex.build([])
+    # WHEN its first tools arrive as changes
+    updated = empty.updated(stored[8:])
+    # THEN they are indexed and found (it used to raise: an empty index has no signals to keep)
+    assert len(updated) == 2 and updated._changed == 0
+    assert keys(updated.search("weather conditions in a city", 1)) == ["metoffice/dailyweatherreport"]
+
+
 def _by_key(index: SearchIndex, scores: tuple[np.ndarray, np.ndarray]) -> dict[str, tuple[float, float]]:
     bm25, named = scores
     return {key: (bm25[row], named[row]) for row, key in enumerate(index._keys)}
@@ -201,6 +211,15 @@ def test_a_publish_reaches_a_warm_index_by_its_change_records(admin: Admin, mcp:
     assert hits[0] == "weather-report"
     assert sorted(made) == ["BatchGetItem", "BatchGetItem", "GetItem", "PutItem", "Query", "Query"]  # auth,
     # revision, records, the changed head, the hits; and what the search answered (chalicelib/usage.py)
+
+
+def test_a_search_of_an_empty_toolbox_then_a_publish_finds_the_tool(admin: Admin, mcp: Mcp) -> None:
+    # GIVEN an agent that searched while the toolbox was empty (its warm index holds no tool)
+    assert find(mcp, "sales orders") == []
+    # WHEN a tool is published and the agent searches again
+    admin.publish()
+    # THEN the tool is found: the -32603 the e2e suite saw when another test searched an empty toolbox first
+    assert find(mcp, "sales orders") == ["list-sales-orders"]
 
 
 def test_a_gap_in_the_records_rebuilds_from_the_whole_toolbox(admin: Admin, mcp: Mcp) -> None:
