@@ -24,6 +24,9 @@ from local.process import ROOT, RunningStack
 ADMIN_TOKEN = "wsa_e2e_" + uuid.uuid4().hex
 ARTIFACTS = ROOT / "test-artifacts" / "e2e"
 TAIL_LINES = 150  # of a stack's output, in a failing test's report
+# How long a client waits for an answer. On a loaded 2-core machine a stack's first import or search
+# loads the model and builds the index: 5-12 s measured at load 17, while the answer is right.
+CLIENT_TIMEOUT_SECONDS = 60
 __all__ = ["ROOT", "Stack", "stack_log", "start_stack", "stop_stack"]
 
 _logs: list[Path] = []  # the output file of every stack this worker started
@@ -105,7 +108,7 @@ class Stack:
             headers={"Authorization": f"Bearer {self.running.token}", "Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=CLIENT_TIMEOUT_SECONDS) as response:
                 return response.status, json.loads(response.read() or b"null")
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read() or b"null")
