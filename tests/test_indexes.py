@@ -3,6 +3,7 @@ store.tools), updates in place (SearchIndex.updated), and is kept within a memor
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from datetime import timedelta
 
 import numpy as np
@@ -303,6 +304,48 @@ def test_a_build_makes_room_before_it_runs(client, settings_env, monkeypatch: py
     # THEN the first index was dropped before the build ran, not after (a build's peak never sits on a full cache)
     assert held_during_build == [[]]
     assert list(indexes._entries) == [ids[1]]
+
+
+def test_an_index_evicted_by_another_search_right_after_it_was_found_still_serves(
+        client, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an account's warm index at the toolbox's revision
+    account_id = accounts.create_account("acme", utcnow())[0].account_id
+    tool_store.put_version(account_id, NewVersion("acme", "orders", {"description": "List orders."}, 0), "admin",
+                           utcnow())
+    indexes.current(account_id)
+
+    class EvictedOnceRead(OrderedDict):
+        """The cache, where another thread's search (another account's build making room) drops the
+        account's index just after this search found it there: the interleaving forced, no threads."""
+
+        def get(self, key, default=None):
+            found = super().get(key, default)
+            if key == account_id and found is not None and not evicted:
+                evicted.append(self.pop(key))
+            return found
+
+    evicted: list[object] = []
+    monkeypatch.setattr(indexes, "_entries", EvictedOnceRead(indexes._entries))
+    # WHEN the account searches again
+    index = indexes.current(account_id)
+    # THEN the index it found answers (it used to look the account up again, and raise KeyError: -32603)
+    assert evicted and keys(index.search("orders", 1)) == ["acme/orders"]
+
+
+def test_a_search_holding_an_older_index_never_replaces_a_newer_one(client) -> None:
+    # GIVEN an account's index at revision 2 in the cache
+    account_id = accounts.create_account("acme", utcnow())[0].account_id
+    for name in ("orders", "invoices"):
+        tool_store.put_version(account_id, NewVersion("acme", name, {"description": f"List {name}."}, 0), "admin",
+                               utcnow())
+    indexes.current(account_id)
+    newer = indexes._entries[account_id]
+    # WHEN a search that found revision 1's index (before the other refreshed) keeps it as used
+    older = indexes._Entry(1, SearchIndex.build([]), 0)
+    with indexes._lock:
+        indexes._keep(account_id, older)
+    # THEN the newer index stays
+    assert indexes._entries[account_id] is newer
 
 
 def test_an_account_item_without_a_revision_still_takes_its_first_publish() -> None:
