@@ -8,6 +8,8 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
+from botocore.exceptions import ClientError, ReadTimeoutError
+from pynamodb.exceptions import GetError
 
 from bench.dynamo_calls import DynamoCalls
 from chalicelib import accounts, indexes
@@ -221,6 +223,43 @@ def test_a_search_of_an_empty_toolbox_then_a_publish_finds_the_tool(admin: Admin
     admin.publish()
     # THEN the tool is found: the -32603 the e2e suite saw when another test searched an empty toolbox first
     assert find(mcp, "sales orders") == ["list-sales-orders"]
+
+
+def _store_error(code: str | None) -> GetError:
+    """What pynamodb raises for a GetItem that failed past the SDK's retries: with DynamoDB's error
+    code, or (None) a read that timed out."""
+    cause = (ReadTimeoutError(endpoint_url="http://127.0.0.1:1") if code is None
+             else ClientError({"Error": {"Code": code, "Message": "refused"}}, "GetItem"))
+    return GetError("Failed to get item", cause)
+
+
+@pytest.mark.parametrize("code", ["ProvisionedThroughputExceededException", "ThrottlingException",
+                                  "InternalServerError", None])
+def test_a_store_failing_for_now_gives_find_tool_a_clear_busy_error(admin: Admin, mcp: Mcp, code: str | None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a toolbox whose store is throttled or slow past its retries
+    admin.publish()
+
+    def failing(account_id: str) -> None:
+        raise _store_error(code)
+
+    monkeypatch.setattr(tool_store, "search_revisions", failing)
+    # WHEN the agent calls find_tool
+    result = mcp.call("find_tool", {"query": "sales orders"})
+    # THEN it gets a tool error saying to try again, not -32603 Internal error
+    assert result["isError"] is True and result["structuredContent"]["error"]["code"] == "busy"
+    assert "try again" in result["structuredContent"]["error"]["message"]
+
+
+def test_a_store_refusing_a_search_is_still_a_crash(admin: Admin, mcp: Mcp, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a store that refuses the read itself (a bug of ours, not load)
+    def refusing(account_id: str) -> None:
+        raise _store_error("ValidationException")
+
+    monkeypatch.setattr(tool_store, "search_revisions", refusing)
+    # WHEN the agent calls find_tool THEN it is not passed off as "busy": -32603, and logged
+    answer = mcp.post("tools/call", {"name": "find_tool", "arguments": {"query": "sales orders"}}).json_body
+    assert answer["error"]["code"] == -32603
 
 
 def test_a_gap_in_the_records_rebuilds_from_the_whole_toolbox(admin: Admin, mcp: Mcp) -> None:
