@@ -8,6 +8,7 @@ test-artifacts/e2e/, and a failing test's report ends with what the stacks print
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -27,6 +28,7 @@ TAIL_LINES = 150  # of a stack's output, in a failing test's report
 # How long a client waits for an answer. On a loaded 2-core machine a stack's first import or search
 # loads the model and builds the index: 5-12 s measured at load 17, while the answer is right.
 CLIENT_TIMEOUT_SECONDS = 60
+KEEP_SECONDS = 24 * 3600  # a stack's output file is kept a day
 __all__ = ["ROOT", "Stack", "stack_log", "start_stack", "stop_stack"]
 
 _logs: list[Path] = []  # the output file of every stack this worker started
@@ -35,7 +37,12 @@ _read_from = pytest.StashKey[dict[Path, int]]()  # each file's size when the tes
 
 def stack_log(data_dir: Path) -> Path:
     """A new file under test-artifacts/e2e/ for the output of a stack on `data_dir` (pass it to
-    `process.start(log=...)`); a failing test's report shows its tail."""
+    `process.start(log=...)`); a failing test's report shows its tail. Files of earlier days go
+    (another worker's of this run are fresh, and stay)."""
+    if not _logs:
+        for old in ARTIFACTS.glob("*.log"):
+            if time.time() - _modified(old) > KEEP_SECONDS:
+                old.unlink(missing_ok=True)
     path = ARTIFACTS / f"{data_dir.name}-{uuid.uuid4().hex[:8]}.log"
     _logs.append(path)
     return path
@@ -59,6 +66,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             if tail:
                 report.sections.append((f"Captured output of the local stack, {path.relative_to(ROOT)}", tail))
     return report
+
+
+def _modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return time.time()
 
 
 def _size(path: Path) -> int:
