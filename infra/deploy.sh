@@ -252,8 +252,13 @@ deploy=(aws cloudformation deploy --template-file "$out/packaged.yaml" --stack-n
 if [ ${#tags[@]} -gt 0 ]; then deploy+=(--tags "${tags[@]}"); fi
 if [ "$mode" = preview ]; then
   "${deploy[@]}" --no-execute-changeset | tee "$out/change-set.txt"
-  change_set=$(aws cloudformation list-change-sets --stack-name "$stack" \
-    --query "reverse(sort_by(Summaries, &CreationTime))[0].ChangeSetId" --output text)
+  # the change set this deploy made, as the CLI names it: the stack's newest may be another
+  # preview's, or (nothing to change) the empty one CloudFormation keeps as failed
+  change_set=$(grep -Eo 'arn:aws[a-z-]*:cloudformation:[^ ]+:changeSet/[^ ]+' "$out/change-set.txt" | tail -1 || true)
+  if [ -z "$change_set" ]; then
+    echo "no change set to apply: $stack already runs this release with these parameters and tags"
+    exit 0
+  fi
   aws cloudformation describe-change-set --change-set-name "$change_set" \
     --query "Changes[].ResourceChange.{action:Action,resource:LogicalResourceId,type:ResourceType,replace:Replacement}" \
     --output table
