@@ -114,11 +114,17 @@ case ${1:-} in
        [ -z "${functions//[[:space:]]/}" ] || [ "$functions" = None ]; then
       echo "no functions found in the stack workset-$stage: is $stage the stage's name?" >&2; exit 1
     fi
+    # every target found before any alias moves: stopping halfway would leave a mixed release
+    moves=()
     for function in $functions; do
       current=$(aws lambda get-alias --function-name "$function" --name live --query FunctionVersion --output text)
       previous=$(aws lambda list-versions-by-function --function-name "$function" --query "Versions[].Version" \
-        --output text | tr '\t' '\n' | grep -E '^[0-9]+$' | awk -v c="$current" '$1 < c' | sort -n | tail -1)
-      if [ -z "$previous" ]; then echo "$function: no version before $current" >&2; exit 1; fi
+        --output text | tr '\t' '\n' | { grep -E '^[0-9]+$' || true; } | awk -v c="$current" '$1 < c' | sort -n | tail -1)
+      if [ -z "$previous" ]; then echo "$function: no version before $current; no alias moved" >&2; exit 1; fi
+      moves+=("$function $current $previous")
+    done
+    for move in "${moves[@]}"; do
+      read -r function current previous <<<"$move"
       aws lambda update-alias --function-name "$function" --name live --function-version "$previous" >/dev/null
       echo "$function: live $current -> $previous"
     done

@@ -51,6 +51,12 @@ case "$1 $2" in
     cp "$from" "$to" ;;
   "cloudformation list-change-sets") echo "arn:aws:cloudformation:us-east-1:123456789012:changeSet/someone-elses/1" ;;
   "cloudformation describe-change-set") echo "Modify APIHandler" ;;
+  "lambda get-alias") echo 3 ;;
+  "lambda list-versions-by-function")
+    shift 2
+    while [ "$1" != --function-name ]; do shift; done
+    tr '\n' '\t' < "$FAKE/versions-$2"; echo ;;
+  "lambda update-alias") ;;
   "cloudformation describe-stack-resources")
     if [ ! -f "$FAKE/functions" ]; then echo "An error occurred (ValidationError): Stack does not exist" >&2; exit 254; fi
     tr '\n' '\t' < "$FAKE/functions"; echo ;;
@@ -145,6 +151,25 @@ def test_a_rollback_alias_of_a_stage_without_a_stack_fails_and_says_so(fake: Fak
     assert result.returncode != 0
     assert "settles it" not in result.stdout
     assert "workset-prdo" in result.stderr
+
+
+def test_a_rollback_alias_moves_every_alias_or_none(fake: Fake) -> None:
+    # GIVEN two functions whose alias names version 3; only the first has a version before it
+    (fake.home / "functions").write_text("workset-prod-APIHandler\nworkset-prod-Sweep\n")
+    (fake.home / "versions-workset-prod-APIHandler").write_text("$LATEST\n1\n2\n3\n")
+    (fake.home / "versions-workset-prod-Sweep").write_text("$LATEST\n3\n")
+    # WHEN the aliases are rolled back
+    result = fake.run("--rollback-alias", "prod")
+    # THEN it fails naming the function, and no alias moved (not the API's alone: a mixed release)
+    assert result.returncode == 1 and "workset-prod-Sweep: no version before 3" in result.stderr
+    assert not any(call.startswith("lambda update-alias") for call in fake.calls())
+    # WHEN both have one THEN both move, each to the version before its own
+    (fake.home / "versions-workset-prod-Sweep").write_text("$LATEST\n1\n3\n")
+    result = fake.run("--rollback-alias", "prod")
+    assert result.returncode == 0, result.stderr
+    moved = [call for call in fake.calls() if call.startswith("lambda update-alias")]
+    assert moved == ["lambda update-alias --function-name workset-prod-APIHandler --name live --function-version 2",
+                     "lambda update-alias --function-name workset-prod-Sweep --name live --function-version 1"]
 
 
 @pytest.mark.parametrize("stage", ["Prod", "prod-", "pr--od", "-prod", "1prod", "prod x", "p" * 22, "$(touch x)",
