@@ -74,6 +74,9 @@ class Param(BaseModel):
         return value
 
 
+FILE_ENCODING = "base64"  # a multipart tool's file: a top-level input property with this contentEncoding
+
+
 class RequestTemplate(BaseModel):
     """How a call becomes an HTTP request: `{field}` in the URL's path or query is filled from the
     input; each of `params` sends a field as a query parameter or header; `body` names the field
@@ -233,6 +236,12 @@ def checked_url(value: str) -> str:
     return normalized
 
 
+def _admits_text(schema: Any) -> bool:
+    """False only for a schema whose `type` rules out a string (absent, the field is unchecked here)."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    return kind is None or kind == "string" or (isinstance(kind, list) and "string" in kind)
+
+
 def _authoring_schema(schema: dict[str, Any]) -> None:
     """The JSON Schema a person or an agent authors against: `request` is required (only syncing
     an MCP server publishes a tool without one)."""
@@ -306,6 +315,24 @@ class ToolSpec(BaseModel):
                 raise ValueError(f"request: field {field!r} is not a property of input_schema")
         if len(set(placed)) < len(placed):
             raise ValueError("request: each input field goes to one place (the path, one param, or the body)")
+        return self
+
+    @model_validator(mode="after")
+    def _bytes_as_text(self, info: ValidationInfo) -> ToolSpec:
+        """Bytes travel in the input as base64 text (vendor.py decodes them): a binary body's field,
+        or a multipart file (a property with contentEncoding base64), must admit a string, or every
+        call that gives it is refused."""
+        if self.request is None or _stored(info):
+            return self  # a stored definition was checked when it was published
+        properties = self.input_schema.get("properties", {})
+        if self.request.body_format == "binary" and not _admits_text(properties.get(self.request.body)):
+            raise ValueError(f"request.body: a binary body is base64 text: input_schema.properties."
+                             f"{self.request.body} must admit a string")
+        if self.request.body_format == "multipart" and not self.request.body and isinstance(properties, dict):
+            for name, sub in properties.items():
+                if isinstance(sub, dict) and sub.get("contentEncoding") == FILE_ENCODING and not _admits_text(sub):
+                    raise ValueError(f"input_schema.properties.{name}: a file (contentEncoding {FILE_ENCODING}) is "
+                                     "base64 text: its type must admit a string")
         return self
 
     @property

@@ -14,7 +14,7 @@ from urllib.parse import quote, quote_plus, unquote, urlencode, urlsplit, urluns
 from chalicelib import jsontext, outbound
 from chalicelib.config import settings
 from chalicelib.connection_auth import Credential
-from chalicelib.definitions import HEADER_VALUE, Tool, UpstreamCall
+from chalicelib.definitions import FILE_ENCODING, HEADER_VALUE, Tool, UpstreamCall
 from chalicelib.errors import InvalidInput, VendorError, WorksetError
 from chalicelib.outbound import HttpRequest
 from chalicelib.outcomes import Outcome, RunStatus, failure
@@ -22,7 +22,6 @@ from chalicelib.outcomes import Outcome, RunStatus, failure
 QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 FORM = "application/x-www-form-urlencoded"
 MULTIPART = "multipart/form-data"
-FILE_ENCODING = "base64"  # a multipart tool's file: a top-level input property with this contentEncoding
 FILE_TYPE = "application/octet-stream"
 ERROR_BODY_PREVIEW = 2000
 REDACTED = "[redacted]"
