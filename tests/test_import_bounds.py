@@ -267,7 +267,8 @@ def test_an_operation_id_and_tags_are_stored_bounded_and_without_invisible_chara
     operation_id = "list\u202eThings\u0000" + "x" * 200_000
     document = {"openapi": "3.0.3", "info": {"title": "Acme", "version": "1"}, "servers": [{"url": SERVER}],
                 "paths": {"/things": {"get": {"operationId": operation_id, "responses": {"200": {"description": "OK"}},
-                                              "tags": ["Issue\u202e tracker", "zero\u200bwidth\ufeff", "\u2066\u2069"]}}}}
+                                              "tags": ["Issue\u202e tracker", "zero\u200bwidth\ufeff", "\u2066\u2069",
+                                                       "hid\U000e0069\U000e0067den"]}}}}
     # WHEN it is imported
     answer = _import(admin, document, dry_run=False)
     # THEN the tool is published, and what its origin keeps (the list of tools shows it, the search
@@ -277,5 +278,5 @@ def test_an_operation_id_and_tags_are_stored_bounded_and_without_invisible_chara
     assert line["outcome"] == "published" and len(answer.body) < 5_000
     origin = admin.call("GET", f"/v1/tools/acme/{line['name']}").json_body["versions"][-1]["origin"]
     assert origin["label"].startswith("list Things x") and len(origin["label"]) <= 128
-    assert origin["tags"] == ["Issue tracker", "zero width"]
+    assert origin["tags"] == ["Issue tracker", "zero width", "hid den"]
     assert _invisible(json.dumps(origin, ensure_ascii=False)) == []
