@@ -39,6 +39,25 @@ STRAY_BRACE = re.compile(r"[{}]")
 URL_SAFE = "/:@!$&'()*+,;=-._~%{}?"  # characters a URL's path and query keep as they are
 
 
+# What hides or reorders text without showing itself: controls (but tab and line ends), bidi
+# embeddings, overrides and isolates, and the invisible tag characters that spell ASCII. In a
+# tool's description or title, an agent's model would read what a person reviewing the tool does not see.
+HIDDEN = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
+
+
+def visible(text: str) -> str:
+    """`text` without HIDDEN characters: what a source's (an OpenAPI document's, an MCP server's)
+    description or title becomes before it is published."""
+    return HIDDEN.sub("", text)
+
+
+def _shown_as_read(value: str | None, info: ValidationInfo) -> str | None:
+    if value is not None and not _stored(info) and HIDDEN.search(value):
+        raise ValueError("holds characters that hide or reorder text (controls, bidi overrides, invisible tag "
+                         "characters): what an agent's model reads must be what a person sees")
+    return value
+
+
 def first_line(text: str, limit: int) -> str:
     """A description's first line, cut to `limit` characters (an ellipsis marks the cut)."""
     line = text.strip().splitlines()[0] if text.strip() else ""
@@ -54,6 +73,11 @@ class Annotations(BaseModel):
     destructiveHint: bool | None = None
     idempotentHint: bool | None = None
     openWorldHint: bool | None = None
+
+    @field_validator("title")
+    @classmethod
+    def _visible_title(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _shown_as_read(value, info)
 
 
 class Param(BaseModel):
@@ -263,6 +287,11 @@ class ToolSpec(BaseModel):
     request: RequestTemplate | None = None
     upstream: SkipJsonSchema[UpstreamCall | None] = None
     connection: str | None = None
+
+    @field_validator("description")
+    @classmethod
+    def _visible_description(cls, value: str, info: ValidationInfo) -> str:
+        return _shown_as_read(value, info) or value
 
     @field_validator("input_schema", "output_schema")
     @classmethod

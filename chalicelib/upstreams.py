@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from chalicelib import connections, credentials, imports, log, mcpclient, toolnames
 from chalicelib.config import settings
-from chalicelib.definitions import checked_url
+from chalicelib.definitions import checked_url, visible
 from chalicelib.errors import Conflict, NotFound, WorksetError
 from chalicelib.imports import MCP, Candidate, Report
 from chalicelib.store import queues
@@ -204,10 +204,10 @@ def _definition(upstream: Upstream, own: str, name: str, tool: dict[str, Any]) -
     """The ToolSpec payload of one listed tool (ToolSpec judges it: a bad schema is skipped)."""
     hints = _typed(tool, "annotations", dict) or {}
     annotations: dict[str, Any] = {hint: hints[hint] for hint in _HINTS if isinstance(hints.get(hint), bool)}
-    title = _typed(tool, "title", str) or _typed(hints, "title", str)
+    title = visible(_typed(tool, "title", str) or _typed(hints, "title", str) or "")
     if title:
         annotations["title"] = title[:200]
-    description = (_typed(tool, "description", str) or "").strip()
+    description = visible(_typed(tool, "description", str) or "").strip()
     definition = {
         "vendor": upstream.vendor, "name": name, "description": (description or title or own)[:4000],
         "input_schema": tool.get("inputSchema"), "annotations": annotations,

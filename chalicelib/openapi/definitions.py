@@ -8,6 +8,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+from chalicelib.definitions import visible
 from chalicelib.errors import InvalidInput
 from chalicelib.openapi.bodies import Body, json_media, media_type_schema, read_body, text
 from chalicelib.openapi.inputs import Fields, Param, input_schema
@@ -188,15 +189,15 @@ def _wire(param: Param) -> dict[str, Any]:
 
 
 def _description(operation: Operation) -> str:
-    texts = (operation.spec.get("summary"), operation.spec.get("description"))
-    return ("\n\n".join(part.strip() for part in texts if isinstance(part, str) and part.strip())
-            or operation.key)[:4000]
+    texts = [visible(part) for part in (operation.spec.get("summary"), operation.spec.get("description"))
+             if isinstance(part, str)]
+    return ("\n\n".join(part.strip() for part in texts if part.strip()) or visible(operation.key))[:4000]
 
 
 def _annotations(operation: Operation, method: str) -> dict[str, Any]:
     notes: dict[str, Any] = {}
-    summary = operation.spec.get("summary")
-    if isinstance(summary, str) and summary.strip():
+    summary = visible(operation.spec["summary"]) if isinstance(operation.spec.get("summary"), str) else ""
+    if summary.strip():
         notes["title"] = summary.strip()[:200]
     if method in ("GET", "HEAD"):
         notes["readOnlyHint"] = True

@@ -20,8 +20,10 @@ TAGS_READ = 4
 TAG_CHARS = 60  # a tag kept for search: "Linode Kubernetes Engine (LKE)" fits; a hostile one is cut
 LABEL_CHARS = 128  # an operationId kept as the tool's label (as long as an MCP server's own tool name)
 # Controls, and the format characters that reverse or hide text (bidi overrides and isolates,
-# zero-width spaces and joiners, the BOM...): in a stored tag or label, each becomes a space.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]")
+# zero-width spaces and joiners, the BOM, the invisible tag characters that spell hidden ASCII
+# for a model to read...): in a stored tag or label, each becomes a space.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
+                      r"\ufff9-\ufffb\U000e0000-\U000e007f]")
 
 
 @dataclass(frozen=True)
