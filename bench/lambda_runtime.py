@@ -151,16 +151,18 @@ steps = {
     "promoted call": lambda: invoke("tools/call", {"name": "%s__%s" % (ref["vendor"], ref["name"]), "arguments": {}}),
     "find_tool": lambda: invoke("tools/call", {"name": "find_tool", "arguments": {"query": config["query"]}}),
 }
-report["warm_ms"] = {}
+report["warm_ms"], report["warm_cpu_ms"] = {}, {}
 for name, step in steps.items():
     for _ in range(10 if config["calls"] else 0):
         step()
     samples = []
+    cpu = time.process_time()
     for _ in range(config["calls"]):
         start = time.perf_counter()
         step()
         samples.append((time.perf_counter() - start) * 1000)
     report["warm_ms"][name] = samples
+    report["warm_cpu_ms"][name] = (time.process_time() - cpu) * 1000 / max(1, config["calls"])
 print(json.dumps(report))
 '''
 
@@ -237,6 +239,8 @@ def main() -> None:
     for step in STEPS:
         rows.append((f"warm {step}", [statistics.median(s for r in reports[i] for s in r["warm_ms"][step])
                                       for i in reports]))
+        rows.append((f"warm {step}, CPU", [statistics.median(r["warm_cpu_ms"][step] for r in reports[i])
+                                           for i in reports]))
     header = "".join(f"{'python ' + reports[i][0]['python']:>18}" for i in reports)
     ratios = "".join(f"{'ratio ' + str(i + 1) + '/1':>12}" for i in list(reports)[1:])
     print(f"  {'median ms':<26}{header}{ratios}")
