@@ -30,7 +30,7 @@ import pytest
 from chalice.config import Config
 from chalice.utils import to_cfn_resource_name
 
-from chalicelib import config as app_config
+from chalicelib.base import config as app_config
 from chalicelib.store import queues
 from chalicelib.store.models import TABLES
 from tests.isolation import one_at_a_time

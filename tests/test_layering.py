@@ -1,7 +1,7 @@
 """The layering, read from imports alone: data flows edge (mcp/, api/, console/) -> domain ->
 store, so no edge module imports `chalicelib.store` except its record types
 (`chalicelib.store.records`), and the MCP edge shapes a tool call's answer through
-`chalicelib.outcomes`, never through the vendor module. Every import counts, a function's own
+`chalicelib.base.outcomes`, never through the vendor module. Every import counts, a function's own
 included."""
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ def test_an_edge_module_reaches_the_store_only_for_record_types(path: Path) -> N
 
 @pytest.mark.parametrize("path", sorted((ROOT / "chalicelib" / "mcp").rglob("*.py")), ids=_module_name)
 def test_the_mcp_edge_shapes_answers_without_the_vendor_module(path: Path) -> None:
-    # GIVEN a module of the MCP edge WHEN its imports are read THEN none is chalicelib.vendor
+    # GIVEN a module of the MCP edge WHEN its imports are read THEN none is chalicelib.calls.vendor
     names = [name for _, name in _imported(path.read_text(encoding="utf-8"))]
-    assert "chalicelib.vendor" not in names
-    assert not any(name.startswith("chalicelib.vendor.") for name in names)
+    assert "chalicelib.calls.vendor" not in names
+    assert not any(name.startswith("chalicelib.calls.vendor.") for name in names)
 
 
 @pytest.mark.parametrize("source", [

@@ -13,7 +13,7 @@ from typing import Any
 from pynamodb.exceptions import DeleteError
 from pynamodb.transactions import TransactWrite
 
-from chalicelib.errors import PinLimit
+from chalicelib.base.errors import PinLimit
 from chalicelib.store import history
 from chalicelib.store.base import ConditionFailed, key_ok, page, transaction, update_if, update_once_if
 from chalicelib.store.models import (
