@@ -209,3 +209,10 @@ def settings() -> Settings:
                                              str(int(os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")) / 4))),
         parameters=StageParameters(stage, region),
     )
+
+
+def _stage() -> str:
+    return settings().stage
+
+
+log.stage_from(_stage)  # metrics are dimensioned by the stage as it is when each line is written

@@ -31,7 +31,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -116,6 +116,21 @@ def measure(name: str, value: float, unit: str = "Count", *, by: tuple[str, ...]
         line.metrics[name] = Metric(name, value, unit, by)
 
 
+def stage_from(reader: Callable[[], str]) -> None:
+    """Dimension every metric by the stage `reader` answers as its line is written. config
+    registers its settings' stage when it is imported (config imports this module, never the
+    other way; app.py imports config before any line is written)."""
+    global _stage_reader
+    _stage_reader = reader
+
+
+def _no_stage() -> str:
+    return "unset"
+
+
+_stage_reader: Callable[[], str] = _no_stage
+
+
 def request_line(kind: str, **fields: Any) -> None:
     """Write the current request's one line: `fields`, then what was noted while serving it."""
     line = _line.get() or _Line()
@@ -183,9 +198,7 @@ def _embed(line: dict[str, Any], metrics: list[Metric]) -> dict[str, Any]:
     """The line as an EMF document: each metric's value a top-level member, each dimension a
     top-level string member (the spec requires every target member at the root), one directive
     per set of dimensions."""
-    from chalicelib.base.config import settings  # config logs through this module: import it when used
-
-    line = {**line, "stage": settings().stage}
+    line = {**line, "stage": _stage_reader()}
     directives: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for metric in metrics:
         dimensions = ("stage", *metric.by)
@@ -215,5 +228,5 @@ def _message(error: BaseException) -> str:
 
 
 def _short(filename: str) -> str:
-    """`chalicelib/catalog/toolbox.py`, not the machine's whole path."""
+    """`catalog/toolbox.py`, not the machine's whole path."""
     return "/".join(filename.replace("\\", "/").split("/")[-2:])

@@ -16,7 +16,7 @@ from chalicelib.base import jsontext
 from chalicelib.base.config import settings
 from chalicelib.base.errors import InvalidInput, VendorError, WorksetError
 from chalicelib.base.outcomes import Outcome, RunStatus, failure
-from chalicelib.net import outbound
+from chalicelib.net import mcpclient, outbound
 from chalicelib.net.outbound import HttpRequest
 from chalicelib.tools.definitions import HEADER_VALUE, Tool, UpstreamCall
 
@@ -130,8 +130,6 @@ def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None =
 
 
 def _upstream_request(call: UpstreamCall, arguments: dict[str, Any], credential: Credential | None) -> Request:
-    from chalicelib.net import mcpclient  # only upstream tools need the MCP client
-
     message = mcpclient.tools_call_message(call.tool, arguments, None)
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     http = HttpRequest(method="POST", url=call.url, headers=headers, body=jsontext.dumps(message).encode())
@@ -176,8 +174,6 @@ def send(request: Request, *, timeout: float | None = None) -> Outcome:
 
 
 def _call_upstream(request: Request, timeout: float) -> dict[str, Any]:
-    from chalicelib.net import mcpclient
-
     assert request.upstream is not None
     config = settings()
     # the preview's headers carry the credential; the MCP client sets its own protocol headers over them
