@@ -35,8 +35,7 @@ from chalicelib.access.vendor_tokens import TokenRefused, Tokens
 from chalicelib.base.clock import utcnow
 from chalicelib.base.config import settings
 from chalicelib.base.errors import InvalidInput, WorksetError
-from chalicelib.identity.accounts import hash_token
-from chalicelib.oauth import s256
+from chalicelib.identity.accounts import hash_token, s256
 from chalicelib.store import connections as connection_store
 from chalicelib.store.records import REVOKED, Connection
 

@@ -36,7 +36,7 @@ from chalicelib.net import notify
 from chalicelib.store import agents as agent_store
 from chalicelib.store import history as history_store
 from chalicelib.store import listens, outbox
-from chalicelib.store.agents import News, Pin
+from chalicelib.store.agents import News, Pin, idle_deadline
 from chalicelib.store.records import AgentState, HistoryEvent, Page, Promotion
 from chalicelib.tools.definitions import Tool
 
@@ -73,11 +73,6 @@ LISTEN_SLOT_MARGIN_SECONDS = 10.0  # a dead holder's slot frees this long after 
 def pin_limit(cap: int) -> int:
     """The most tools an agent with this cap may pin: half the cap, rounded down, at least one."""
     return max(1, cap // 2)
-
-
-def idle_deadline(state: AgentState, last_activity: datetime) -> datetime:
-    """When the idle rule may demote a tool last used (or promoted) at `last_activity`."""
-    return last_activity + timedelta(days=state.agent.idle_window_days)
 
 
 def promoted_tools(state: AgentState) -> list[Tool]:

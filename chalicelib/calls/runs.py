@@ -28,7 +28,6 @@ from typing import Any
 
 from chalicelib.access import credentials
 from chalicelib.access.connection_auth import Credential
-from chalicelib.agents.workingset import idle_deadline
 from chalicelib.base import log
 from chalicelib.base.clock import utcnow
 from chalicelib.base.config import settings
@@ -53,6 +52,7 @@ from chalicelib.catalog import toolbox
 from chalicelib.identity import accounts
 from chalicelib.store import agents as agent_store
 from chalicelib.store import runs as run_store
+from chalicelib.store.agents import idle_deadline
 from chalicelib.store.records import ALLOW, DENY, AgentState, Approval, Page, Run
 from chalicelib.tools.definitions import Tool
 

@@ -7,6 +7,7 @@ single Query that reads the agent's working set.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -76,6 +77,12 @@ S = TypeVar("S", bound=AgentSettings)
 def hash_token(token: str) -> str:
     """The stored form of a token (tokens are long and random, so a plain SHA-256 suffices)."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def s256(verifier: str) -> str:
+    """A PKCE verifier's S256 challenge (RFC 7636 4.2): base64url of its SHA-256, unpadded. Workset
+    checks its clients' verifiers with it, and makes its own challenges to vendors with it."""
+    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
 
 
 def create_account(name: str, now: datetime, *, token: str | None = None) -> tuple[Account, str]:

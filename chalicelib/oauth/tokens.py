@@ -14,8 +14,8 @@ from typing import Any
 from chalicelib.base import log
 from chalicelib.base.errors import NotFound
 from chalicelib.identity import accounts
-from chalicelib.identity.accounts import ACCESS_TOKEN_PREFIX, hash_token
-from chalicelib.oauth import OAuthError, clients, documents, s256
+from chalicelib.identity.accounts import ACCESS_TOKEN_PREFIX, hash_token, s256
+from chalicelib.oauth import OAuthError, clients, documents
 from chalicelib.oauth.authorization import PKCE, granted_scope
 from chalicelib.oauth.discovery import SCOPE
 from chalicelib.store import agents as agent_store
