@@ -202,8 +202,10 @@ def _admin_token(data_dir: Path) -> str:
         return saved.read_text().strip()
     token = f"wsa_{secrets.token_urlsafe(32)}"
     written = saved.with_suffix(".tmp")  # whole or not at all: a stop may come at any moment
-    written.write_text(token)
-    written.chmod(0o600)
+    written.unlink(missing_ok=True)  # a stop's leftover keeps its mode: made afresh, private from the start
+    descriptor = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(token)
     os.replace(written, saved)
     return token
 

@@ -220,3 +220,35 @@ def test_deeply_nested_json_and_yaml_are_refused_and_store_nothing(admin: Admin,
     assert answer.status_code == 400, answer.body
     assert "nest" in answer.json_body["error"]["message"]
     _nothing_stored(admin)
+
+
+def _one_body(schema: dict[str, Any], **components: Any) -> dict[str, Any]:
+    """A document of two operations: `POST /odd` with `schema` as its JSON body, and a plain one."""
+    def operation(operation_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {"operationId": operation_id, "responses": {"200": {"description": "OK"}},
+                "requestBody": {"required": True, "content": {"application/json": {"schema": body}}}}
+    return {"openapi": "3.0.3", "info": {"title": "Acme", "version": "1"}, "servers": [{"url": SERVER}],
+            "paths": {"/odd": {"post": operation("makeOdd", schema)},
+                      "/things": {"post": operation("makeThing", {"type": "object"})}},
+            **({"components": {"schemas": components}} if components else {})}
+
+
+@pytest.mark.parametrize("schema", [
+    # oneOf read as anyOf beside the node's own anyOf joins allOf: here allOf is no list
+    {"type": "object", "oneOf": [{"type": "object"}], "anyOf": [{"type": "object"}], "allOf": 5},
+    # a $ref's siblings join it through allOf: likewise
+    {"$ref": "#/components/schemas/Thing", "allOf": 5},
+    {"$ref": "#/components/schemas/Thing", "allOf": None},
+])
+def test_a_schema_whose_allof_is_no_list_skips_its_operation_not_the_import(admin: Admin,
+                                                                            schema: dict[str, Any]) -> None:
+    # GIVEN a document whose one operation's body has a malformed allOf where the conversion adds to it
+    document = _one_body(schema, Thing={"type": "object"})
+    # WHEN it is imported
+    answer = _import(admin, document, dry_run=False)
+    # THEN the import answers (no 500): that operation is skipped saying why, the other published
+    assert answer.status_code == 200, answer.body
+    lines = {line["key"]: line for line in answer.json_body["tools"]}
+    assert lines["POST /odd"]["outcome"] == "skipped" and "JSON Schema" in lines["POST /odd"]["reason"]
+    assert lines["POST /things"]["outcome"] == "published"
+    assert [tool["name"] for tool in admin.call("GET", "/v1/tools").json_body["items"]] == [lines["POST /things"]["name"]]

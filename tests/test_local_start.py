@@ -109,3 +109,25 @@ def test_dev_up_says_what_it_installs_while_it_lasts_and_stops_on_a_failure(tmp_
     assert any(line.startswith(f"  ... still creating {tmp_path / 'venv'}") for line in lines[1:])
     assert "failed (see the message above)" in done.stderr
     assert done.returncode == 1 and "Starting Workset" not in done.stdout
+
+
+def test_the_admin_token_file_is_private_from_the_moment_it_is_made(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written first and made 0600 after, the token would sit readable by every local user (umask
+    022) until the chmod: one who opens it meanwhile keeps the descriptor and reads the token."""
+    from local import __main__ as local_main
+
+    # GIVEN no token yet, the usual umask, and a chmod that comes too late to matter
+    monkeypatch.delenv("WORKSET_ADMIN_TOKEN", raising=False)
+    monkeypatch.setattr(Path, "chmod", lambda self, mode: None)
+    previous = os.umask(0o022)
+    try:
+        # WHEN the stack makes its admin token
+        token = local_main._admin_token(tmp_path)
+    finally:
+        os.umask(previous)
+    # THEN the file holds it and only its owner could ever read it
+    saved = tmp_path / "admin-token"
+    assert saved.read_text() == token and token.startswith("wsa_")
+    assert saved.stat().st_mode & 0o777 == 0o600
+    assert list(tmp_path.iterdir()) == [saved]

@@ -108,21 +108,28 @@ def tell_client(state: AgentState, *, changed: bool) -> bool:
     return True
 
 
+APPROVAL_HOLDS = "approval-"  # the slots of calls held for a person's decision (mcp/approvals.py)
+
+
 @contextmanager
-def listen_slot(state: AgentState, now: datetime, *, hold_seconds: float) -> Iterator[None]:
-    """Hold one of the account's listen slots for a held listen (store/listens.py), or raise
+def listen_slot(state: AgentState, now: datetime, *, hold_seconds: float, pool: str = "") -> Iterator[None]:
+    """Hold one of the account's slots for a held listen (or, `pool` APPROVAL_HOLDS, for a call
+    held for a person's decision, mcp/approvals.py, in slots of their own; store/listens.py), or raise
     ListenLimit when the account holds WORKSET_MAX_LISTENS_PER_ACCOUNT already. A slot whose
     holder died is free again LISTEN_SLOT_MARGIN_SECONDS after its hold would have ended."""
     limit = settings().max_listens_per_account
     until = now + timedelta(seconds=hold_seconds + LISTEN_SLOT_MARGIN_SECONDS)
-    taken = listens.take(state.agent.account_id, limit=limit, now=now, until=until)
+    taken = listens.take(state.agent.account_id, limit=limit, now=now, until=until, pool=pool)
     if taken is None:
         raise ListenLimit(f"this account already holds {limit} listens at once (the deployment's limit): listen "
                           f"again in {int(hold_seconds)} s")
     try:
         yield
     finally:
-        listens.give_back(state.agent.account_id, taken)
+        try:  # the answer stands: a slot not given back frees by the clock (`until`)
+            listens.give_back(state.agent.account_id, taken)
+        except Exception as error:  # noqa: BLE001 - logged; never turns a held answer into a crash
+            log.failure("listen.slot_not_freed", error, agent_id=state.agent.agent_id)
 
 
 def wait_for_change(state: AgentState, *, hold_seconds: float) -> bool:

@@ -12,7 +12,7 @@ from chalicelib.base.errors import InvalidInput
 from chalicelib.calls import policies
 from chalicelib.catalog import toolbox
 from chalicelib.identity import accounts
-from chalicelib.store.records import PolicySetting
+from chalicelib.store.records import HistoryEvent, PolicySetting
 
 
 @admin_route("/v1/approval-policies", "GET")
@@ -24,7 +24,7 @@ def list_policies(account_id: str) -> dict[str, Any]:
 @admin_route("/v1/approval-policies/history", "GET")
 def policy_history(account_id: str) -> dict[str, Any]:
     """Who set which policy when, newest first (`cause` is the policy set, or `default`)."""
-    return shapes.page(policies.history(account_id, limit=limit(), cursor=query("cursor")), shapes.event)
+    return shapes.page(policies.history(account_id, limit=limit(), cursor=query("cursor")), _change)
 
 
 @admin_route("/v1/tools/{vendor}/{name}/approval-policy", "GET")
@@ -51,6 +51,14 @@ def setting(record: PolicySetting) -> dict[str, Any]:
     """A policy a person set."""
     return {"vendor": record.vendor, "name": record.name, "policy": record.policy, "set_by": record.set_by,
             "set_at": iso(record.set_at)}
+
+
+def _change(record: HistoryEvent) -> dict[str, Any]:
+    """A policy change; a vendor's default named as its setting is (`name` null)."""
+    shape = shapes.event(record)
+    if record.name == policies.VENDOR_DEFAULT:
+        shape["name"] = None
+    return shape
 
 
 def _tool_answer(account_id: str, vendor: str, name: str) -> dict[str, Any]:

@@ -26,12 +26,14 @@ from chalicelib.base.validation import VENDOR_PATTERN
 from chalicelib.catalog import toolbox
 from chalicelib.identity import accounts
 from chalicelib.store import policies as policy_store
+from chalicelib.store.models import ANY_TOOL
 from chalicelib.store.records import Page, PolicySetting
 from chalicelib.tools.definitions import Tool
 
 NONE, FIRST_CALL, EVERY_CALL = "none", "first_call", "every_call"
 ORDER = (NONE, FIRST_CALL, EVERY_CALL)  # least asking first
 SETTABLE = (FIRST_CALL, EVERY_CALL)  # a write asks a person at least on its first call
+VENDOR_DEFAULT = ANY_TOOL  # a history event's name for a change of a vendor's default
 
 Settings = dict[tuple[str, str | None], PolicySetting]
 

@@ -3,7 +3,7 @@ lease while in flight, execute once, keep the result for `get_run`.
 
 A run's life, and what holds its agent in flight (no demotion while a lease is unexpired):
 
-    call ──(write, not approved for its request shape)──> awaiting_approval ──approve──> running ──> succeeded | failed
+    call ──(write, shape not approved, or every_call)───> awaiting_approval ──approve──> running ──> succeeded | failed
       │                                   │  lease: approval TTL       lease: vendor timeout + margin
       │                                   ├──deny──> denied
       │                                   └──lease runs out──> expired
@@ -14,7 +14,8 @@ A tool writes unless its guard (`guards`: the hints a person accepted, never loo
 version claims) is read-only. A person's decision stands for the agent, the tool and its request
 shape (`toolbox.request_shape`, the guard included): an approval lets later calls run at once, a
 denial refuses them at once, until a version changes the shape (then a person is asked again) or a
-person withdraws the decision. The vendor call's
+person withdraws the decision. Under a tool's `every_call` policy (`policies`) an approval lets only
+its own run through: every call waits, whatever was approved before. The vendor call's
 deadline always ends before the run's lease, so a live run is never taken for an abandoned one.
 """
 
@@ -220,6 +221,24 @@ def waiting(run: Run) -> Outcome:
         status=RunStatus.AWAITING,
         run_id=run.run_id,
     )
+
+
+def recorded_answer(run: Run) -> Outcome:
+    """An ended run's answer as the call itself gave it (for a retry or a task that reads it
+    later): the vendor's result or the failure, and an MCP server's own tool result passed on as
+    it is, not wrapped as structured content (one GetItem, for the tool's version)."""
+    failed = run.status == RunStatus.FAILED
+    stored = (run.error if failed else run.result) or {}
+    passed_on = isinstance(stored.get("content"), list) and "error" not in stored  # not a failure of ours, nor clipped
+    return Outcome(stored, is_error=failed, status=RunStatus(run.status), run_id=run.run_id,
+                   mcp=passed_on and _from_upstream(run))
+
+
+def _from_upstream(run: Run) -> bool:
+    try:
+        return toolbox.resolve_version(run.account_id, run.vendor, run.name, run.version).spec.upstream is not None
+    except ToolNotFound:
+        return False
 
 
 def approval_url(run_id: str) -> str:
