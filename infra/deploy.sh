@@ -114,11 +114,17 @@ case ${1:-} in
        [ -z "${functions//[[:space:]]/}" ] || [ "$functions" = None ]; then
       echo "no functions found in the stack workset-$stage: is $stage the stage's name?" >&2; exit 1
     fi
+    # every target found before any alias moves: stopping halfway would leave a mixed release
+    moves=()
     for function in $functions; do
       current=$(aws lambda get-alias --function-name "$function" --name live --query FunctionVersion --output text)
       previous=$(aws lambda list-versions-by-function --function-name "$function" --query "Versions[].Version" \
-        --output text | tr '\t' '\n' | grep -E '^[0-9]+$' | awk -v c="$current" '$1 < c' | sort -n | tail -1)
-      if [ -z "$previous" ]; then echo "$function: no version before $current" >&2; exit 1; fi
+        --output text | tr '\t' '\n' | { grep -E '^[0-9]+$' || true; } | awk -v c="$current" '$1 < c' | sort -n | tail -1)
+      if [ -z "$previous" ]; then echo "$function: no version before $current; no alias moved" >&2; exit 1; fi
+      moves+=("$function $current $previous")
+    done
+    for move in "${moves[@]}"; do
+      read -r function current previous <<<"$move"
       aws lambda update-alias --function-name "$function" --name live --function-version "$previous" >/dev/null
       echo "$function: live $current -> $previous"
     done
@@ -252,8 +258,13 @@ deploy=(aws cloudformation deploy --template-file "$out/packaged.yaml" --stack-n
 if [ ${#tags[@]} -gt 0 ]; then deploy+=(--tags "${tags[@]}"); fi
 if [ "$mode" = preview ]; then
   "${deploy[@]}" --no-execute-changeset | tee "$out/change-set.txt"
-  change_set=$(aws cloudformation list-change-sets --stack-name "$stack" \
-    --query "reverse(sort_by(Summaries, &CreationTime))[0].ChangeSetId" --output text)
+  # the change set this deploy made, as the CLI names it: the stack's newest may be another
+  # preview's, or (nothing to change) the empty one CloudFormation keeps as failed
+  change_set=$(grep -Eo 'arn:aws[a-z-]*:cloudformation:[^ ]+:changeSet/[^ ]+' "$out/change-set.txt" | tail -1 || true)
+  if [ -z "$change_set" ]; then
+    echo "no change set to apply: $stack already runs this release with these parameters and tags"
+    exit 0
+  fi
   aws cloudformation describe-change-set --change-set-name "$change_set" \
     --query "Changes[].ResourceChange.{action:Action,resource:LogicalResourceId,type:ResourceType,replace:Replacement}" \
     --output table

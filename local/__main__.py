@@ -52,7 +52,7 @@ def main() -> NoReturn:
 def _run(args: argparse.Namespace, life: Lifecycle) -> None:
     """Start everything, then serve until a stop signal (or the emulator's end) ends the process."""
     data_dir = Path(args.data).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    environment.private_folder(data_dir)
     life.hold(data_dir)
     environment.prepare()
     server = _listen(args.host, args.port)  # before the emulator: a taken port starts nothing
@@ -201,12 +201,7 @@ def _admin_token(data_dir: Path) -> str:
     if saved.exists():
         return saved.read_text().strip()
     token = f"wsa_{secrets.token_urlsafe(32)}"
-    written = saved.with_suffix(".tmp")  # whole or not at all: a stop may come at any moment
-    written.unlink(missing_ok=True)  # a stop's leftover keeps its mode: made afresh, private from the start
-    descriptor = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        file.write(token)
-    os.replace(written, saved)
+    environment.write_private(saved, token)
     return token
 
 

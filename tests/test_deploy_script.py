@@ -35,10 +35,28 @@ case "$1 $2" in
     mkdir -p "$(dirname "$target")"
     cp "$source" "$target" ;;
   "cloudformation deploy")
+    if [[ " $* " == *" --no-execute-changeset "* ]]; then cat "$FAKE/change-set-answer"; exit 0; fi
     while [ $# -gt 0 ]; do
       if [ "$1" = --template-file ]; then echo "deployed $(cat "$2")" >> "$FAKE/deployed"; fi
       shift
     done ;;
+  "apigateway get-account") echo "arn:aws:iam::123456789012:role/api-gateway-logs" ;;
+  "ssm describe-parameters") echo SecureString ;;
+  "cloudformation describe-stacks") echo "Stack with id workset-x does not exist" >&2; exit 254 ;;
+  "cloudformation package")
+    while [ $# -gt 0 ]; do
+      case $1 in --template-file) from=$2 ;; --output-template-file) to=$2 ;; esac
+      shift
+    done
+    cp "$from" "$to" ;;
+  "cloudformation list-change-sets") echo "arn:aws:cloudformation:us-east-1:123456789012:changeSet/someone-elses/1" ;;
+  "cloudformation describe-change-set") echo "Modify APIHandler" ;;
+  "lambda get-alias") echo 3 ;;
+  "lambda list-versions-by-function")
+    shift 2
+    while [ "$1" != --function-name ]; do shift; done
+    tr '\n' '\t' < "$FAKE/versions-$2"; echo ;;
+  "lambda update-alias") ;;
   "cloudformation describe-stack-resources")
     if [ ! -f "$FAKE/functions" ]; then echo "An error occurred (ValidationError): Stack does not exist" >&2; exit 254; fi
     tr '\n' '\t' < "$FAKE/functions"; echo ;;
@@ -135,6 +153,25 @@ def test_a_rollback_alias_of_a_stage_without_a_stack_fails_and_says_so(fake: Fak
     assert "workset-prdo" in result.stderr
 
 
+def test_a_rollback_alias_moves_every_alias_or_none(fake: Fake) -> None:
+    # GIVEN two functions whose alias names version 3; only the first has a version before it
+    (fake.home / "functions").write_text("workset-prod-APIHandler\nworkset-prod-Sweep\n")
+    (fake.home / "versions-workset-prod-APIHandler").write_text("$LATEST\n1\n2\n3\n")
+    (fake.home / "versions-workset-prod-Sweep").write_text("$LATEST\n3\n")
+    # WHEN the aliases are rolled back
+    result = fake.run("--rollback-alias", "prod")
+    # THEN it fails naming the function, and no alias moved (not the API's alone: a mixed release)
+    assert result.returncode == 1 and "workset-prod-Sweep: no version before 3" in result.stderr
+    assert not any(call.startswith("lambda update-alias") for call in fake.calls())
+    # WHEN both have one THEN both move, each to the version before its own
+    (fake.home / "versions-workset-prod-Sweep").write_text("$LATEST\n1\n3\n")
+    result = fake.run("--rollback-alias", "prod")
+    assert result.returncode == 0, result.stderr
+    moved = [call for call in fake.calls() if call.startswith("lambda update-alias")]
+    assert moved == ["lambda update-alias --function-name workset-prod-APIHandler --name live --function-version 2",
+                     "lambda update-alias --function-name workset-prod-Sweep --name live --function-version 1"]
+
+
 @pytest.mark.parametrize("stage", ["Prod", "prod-", "pr--od", "-prod", "1prod", "prod x", "p" * 22, "$(touch x)",
                                    "prod;ls", ""])
 @pytest.mark.parametrize("mode", [["--rollback-alias"], ["--rollback"], ["--preview"], []])
@@ -155,3 +192,48 @@ def test_a_rollback_refuses_what_it_would_ignore(fake: Fake, extra: list[str]) -
     result = fake.run("--rollback", "prod", BUCKET, *extra)
     assert result.returncode == 2, result.stderr
     assert fake.deployed() == [] and fake.calls() == []
+
+
+# --preview, run from a copy of the tree whose infra/build.sh only writes a template (the real one
+# builds for three minutes with the package index)
+CREATED = ("Waiting for changeset to be created..\nChangeset created successfully. Run the following command to "
+           "review changes:\naws cloudformation describe-change-set --change-set-name "
+           "arn:aws:cloudformation:us-east-1:123456789012:changeSet/samcli-deploy1764770000/5f0e\n")
+EMPTY = "Waiting for changeset to be created..\n\nNo changes to deploy. Stack workset-prod is up to date\n"
+
+
+def _preview(fake: Fake, answer: str) -> subprocess.CompletedProcess[str]:
+    tree = fake.home / "tree"
+    (tree / "infra").mkdir(parents=True)
+    (tree / "infra" / "deploy.sh").write_text((ROOT / "infra" / "deploy.sh").read_text())
+    build = tree / "infra" / "build.sh"
+    build.write_text('#!/usr/bin/env bash\nmkdir -p "$2" && echo "{}" > "$2/sam.json"\n')
+    build.chmod(0o755)
+    (fake.home / "change-set-answer").write_text(answer)
+    environment = {**os.environ, "PATH": f"{fake.home / 'bin'}:{os.environ['PATH']}", "FAKE": str(fake.home),
+                   "AWS_DEFAULT_REGION": "us-east-1"}
+    return subprocess.run(["bash", str(tree / "infra" / "deploy.sh"), "--preview", "prod", BUCKET],
+                          capture_output=True, text=True, env=environment, timeout=HANG_GUARD, check=False)
+
+
+def test_a_preview_describes_the_change_set_it_made_not_the_stacks_newest(fake: Fake) -> None:
+    # GIVEN a stack with another change set pending (someone else's preview, or an older one)
+    # WHEN a preview makes its own
+    result = _preview(fake, CREATED)
+    # THEN the one it describes and says how to apply is its own
+    assert result.returncode == 0, result.stderr
+    own = "arn:aws:cloudformation:us-east-1:123456789012:changeSet/samcli-deploy1764770000/5f0e"
+    assert f"cloudformation describe-change-set --change-set-name {own}" in "\n".join(fake.calls())
+    assert f"execute-change-set --change-set-name {own}" in result.stdout
+    assert "someone-elses" not in result.stdout and fake.deployed() == []
+
+
+def test_a_preview_with_nothing_to_change_says_so_and_offers_nothing_to_apply(fake: Fake) -> None:
+    # GIVEN a stack that already runs this release (CloudFormation keeps the empty change set, failed)
+    # WHEN it is previewed
+    result = _preview(fake, EMPTY)
+    # THEN it says there is nothing to change, and offers no change set to execute
+    assert result.returncode == 0, result.stderr
+    assert "no change" in result.stdout.lower()
+    assert "execute-change-set" not in result.stdout
+    assert not any("describe-change-set" in call for call in fake.calls())

@@ -27,6 +27,7 @@ which would be a metric of its own.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 import traceback
@@ -64,14 +65,18 @@ def event(kind: str, *, metrics: Iterable[Metric] = (), **fields: Any) -> None:
 
 
 def failure(kind: str, error: BaseException, *, metrics: Iterable[Metric] = (), **fields: Any) -> None:
-    """Log an unexpected exception (ERROR): its class, its message and the innermost frames of
-    its traceback (file, line, function; no locals, no source text)."""
+    """Log an unexpected exception (ERROR): its class, its message (credentials withheld) and the
+    innermost frames of its traceback (file, line, function; no locals, no source text), and the
+    class and innermost frame of each exception it was raised from or while handling."""
     frames = traceback.extract_tb(error.__traceback__)[-TRACE_FRAMES:]
+    causes = [f"{type(cause).__name__} at {_frame(traceback.extract_tb(cause.__traceback__)[-1:])}"
+              for cause in _causes(error)]
     _emit(logging.ERROR, kind, {
         **fields,
         "error": type(error).__name__,
         "message": _message(error),
-        "trace": [f"{_short(frame.filename)}:{frame.lineno} {frame.name}" for frame in frames],
+        "trace": [_frame([frame]) for frame in frames],
+        **({"causes": causes} if causes else {}),
     }, metrics)
 
 
@@ -221,10 +226,46 @@ def _dimension(value: Any) -> str:
 
 def _message(error: BaseException) -> str:
     try:
-        text = str(error)
+        text = _CREDENTIALS.sub(_withheld, str(error))
     except Exception:  # noqa: BLE001 - an exception whose __str__ fails must not take the log line with it
         text = "(the message could not be read)"
     return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"
+
+
+# What an exception's message may quote that no log line may show: Workset's own keys and tokens
+# (`wsk_`, `wsa_`, `wst_`, `wsr_`, `wss_`, `wsc_`: chalicelib/identity/accounts.py, chalicelib/oauth/), an
+# Authorization header's credentials, a URL's user:password, and a secret-named parameter's value.
+_CREDENTIALS = re.compile(
+    r"\b(?P<workset>ws[a-z]_)[\w-]+"
+    r"|\b(?P<scheme>Bearer|Basic)\s+[^\s,;\"']+"
+    r"|(?<=//)[^/\s@:]+:[^/\s@]+@"
+    r"|\b(?P<name>[\w-]*(?:key|token|secret|password)[\w-]*)=[^\s&,;\"']+", re.IGNORECASE)
+CAUSES = 3  # exceptions down the chain named on a failure's line
+
+
+def _withheld(match: re.Match[str]) -> str:
+    if match["workset"]:
+        return f"{match['workset']}[withheld]"
+    if match["scheme"]:
+        return f"{match['scheme']} [withheld]"
+    if match["name"]:
+        return f"{match['name']}=[withheld]"
+    return "[withheld]@"
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    """The exceptions `error` was raised from (or while handling), nearest first, at most CAUSES."""
+    found: list[BaseException] = []
+    cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    while cause is not None and len(found) < CAUSES and cause not in found:
+        found.append(cause)
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
+    return found
+
+
+def _frame(frames: list[traceback.FrameSummary]) -> str:
+    """`chalicelib/catalog/toolbox.py:231 search` of the first of `frames` ("?" when there is none)."""
+    return f"{_short(frames[0].filename)}:{frames[0].lineno} {frames[0].name}" if frames else "?"
 
 
 def _short(filename: str) -> str:

@@ -18,12 +18,11 @@ from chalicelib.base.errors import InvalidInput, VendorError, WorksetError
 from chalicelib.base.outcomes import Outcome, RunStatus, failure
 from chalicelib.net import mcpclient, outbound
 from chalicelib.net.outbound import HttpRequest
-from chalicelib.tools.definitions import HEADER_VALUE, Tool, UpstreamCall
+from chalicelib.tools.definitions import FILE_ENCODING, HEADER_VALUE, Tool, UpstreamCall
 
 QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 FORM = "application/x-www-form-urlencoded"
 MULTIPART = "multipart/form-data"
-FILE_ENCODING = "base64"  # a multipart tool's file: a top-level input property with this contentEncoding
 FILE_TYPE = "application/octet-stream"
 ERROR_BODY_PREVIEW = 2000
 REDACTED = "[redacted]"

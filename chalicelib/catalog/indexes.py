@@ -58,21 +58,25 @@ def current_with_memory(account_id: str) -> tuple[SearchIndex, Memory]:
     searches learned from use is (chalicelib/catalog/usage.py), read in the same GetItem."""
     revision, memory = tool_store.search_revisions(account_id)
     rebuilt = False
-    if not _holds(account_id, revision):
+    # The entry found or made is the one answered: another account's build may drop it from the
+    # cache at any moment between here and `_keep` (looked up again by key, it raised KeyError).
+    entry = _held(account_id, revision)
+    if entry is None:
         with _lock:
-            if not _holds(account_id, revision):
-                rebuilt = _refresh(account_id, revision)
+            entry = _held(account_id, revision)
+            if entry is None:
+                entry, rebuilt = _refresh(account_id, revision)
     with _lock:
-        entry = _entries[account_id]
         evicted = _keep(account_id, entry)
     if rebuilt or evicted:
         _release_freed_memory()  # the old indexes are unreferenced by now, unless a search still runs on one
     return entry.index, memory
 
 
-def _holds(account_id: str, revision: int) -> bool:
+def _held(account_id: str, revision: int) -> _Entry | None:
+    """The account's cached entry when it is as of `revision` or newer."""
     entry = _entries.get(account_id)
-    return entry is not None and entry.revision >= revision
+    return entry if entry is not None and entry.revision >= revision else None
 
 
 def clear() -> None:
@@ -86,23 +90,24 @@ def cached_bytes() -> int:
     return sum(entry.nbytes for entry in list(_entries.values()))
 
 
-def _refresh(account_id: str, revision: int) -> bool:
-    """Bring the account's index to `revision` (under the lock); whether it was built whole."""
+def _refresh(account_id: str, revision: int) -> tuple[_Entry, bool]:
+    """Bring the account's index to `revision` (under the lock): the new entry, and whether it
+    was built whole."""
     entry = _entries.get(account_id)
     if entry is not None and revision - entry.revision <= MAX_REVISIONS:
         changed = tool_store.changed_since(account_id, entry.revision, revision)
         if changed is not None and len(changed) <= MAX_CHANGED:
             heads = tool_store.get_heads(account_id, sorted(changed), consistent=True)
             index = entry.index.updated(_documents(list(heads.values())))
-            _entries[account_id] = _Entry(revision, index, index.nbytes)
-            return False
+            _entries[account_id] = updated = _Entry(revision, index, index.nbytes)
+            return updated, False
     from chalicelib.search.index import SearchIndex  # numpy and the models: only where a search runs
 
     del entry
     _make_room(account_id)
     index = SearchIndex.build(_documents(tool_store.iter_heads(account_id)))
-    _entries[account_id] = _Entry(revision, index, index.nbytes)
-    return True
+    _entries[account_id] = built = _Entry(revision, index, index.nbytes)
+    return built, True
 
 
 def _make_room(account_id: str) -> None:
@@ -120,8 +125,10 @@ def _make_room(account_id: str) -> None:
 def _keep(account_id: str, entry: _Entry) -> bool:
     """Hold `entry` as the most recently used, dropping the least recently used past the budget
     (never the one just used: an index larger than the whole budget still serves its search);
-    whether any was dropped."""
-    _entries[account_id] = entry
+    whether any was dropped. A newer entry another search stored meanwhile stays."""
+    held = _entries.get(account_id)
+    if held is None or held.revision < entry.revision:
+        _entries[account_id] = entry
     _entries.move_to_end(account_id)
     budget = settings().search_cache_mb * (1 << 20)
     evicted = False

@@ -12,6 +12,7 @@ from chalicelib.access import connections
 from chalicelib.base import log
 from chalicelib.base.config import settings
 from chalicelib.base.errors import (
+    Busy,
     Conflict,
     ConnectionNotInScope,
     Forbidden,
@@ -26,6 +27,7 @@ from chalicelib.net import hosts
 from chalicelib.store import agents as agent_store
 from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed
+from chalicelib.store.base import unavailable as store_unavailable
 from chalicelib.store.records import AgentState, Page, ToolVersion
 from chalicelib.store.tools import NewVersion
 from chalicelib.tools import guards
@@ -233,9 +235,16 @@ def search(account_id: str, query: str, limit: int) -> tuple[list[Tool], int]:
     are read fresh (one BatchGetItem)."""
     from chalicelib.search import queries  # the search package: loaded by the first search, as in _publish
 
-    index, learned = indexes.current_with_memory(account_id)
-    hits = queries.search(index, query, limit + MORE_COUNTED, memory=usage.memory(account_id, learned))
-    return resolve_many(account_id, [indexes.tool_of(key) for key, _ in hits[:limit]]), max(len(hits) - limit, 0)
+    try:
+        index, learned = indexes.current_with_memory(account_id)
+        hits = queries.search(index, query, limit + MORE_COUNTED, memory=usage.memory(account_id, learned))
+        return resolve_many(account_id, [indexes.tool_of(key) for key, _ in hits[:limit]]), max(len(hits) - limit, 0)
+    except Exception as error:
+        if not store_unavailable(error):
+            raise
+        log.failure("search.store_unavailable", error, account_id=account_id)
+        raise Busy("the toolbox could not be read just now (the store is throttled or slow); "
+                   "try again shortly") from error
 
 
 def _tool(head: ToolVersion) -> Tool:

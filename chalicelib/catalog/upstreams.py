@@ -34,7 +34,7 @@ from chalicelib.store import queues
 from chalicelib.store import upstreams as upstream_store
 from chalicelib.store.records import Page, Upstream
 from chalicelib.tools import toolnames
-from chalicelib.tools.definitions import checked_url
+from chalicelib.tools.definitions import checked_url, visible
 
 T = TypeVar("T")
 SYNC = "sync_upstream"  # the work queue message that syncs one server
@@ -208,10 +208,10 @@ def _definition(upstream: Upstream, own: str, name: str, tool: dict[str, Any]) -
     """The ToolSpec payload of one listed tool (ToolSpec judges it: a bad schema is skipped)."""
     hints = _typed(tool, "annotations", dict) or {}
     annotations: dict[str, Any] = {hint: hints[hint] for hint in _HINTS if isinstance(hints.get(hint), bool)}
-    title = _typed(tool, "title", str) or _typed(hints, "title", str)
+    title = visible(_typed(tool, "title", str) or _typed(hints, "title", str) or "")
     if title:
         annotations["title"] = title[:200]
-    description = (_typed(tool, "description", str) or "").strip()
+    description = visible(_typed(tool, "description", str) or "").strip()
     definition = {
         "vendor": upstream.vendor, "name": name, "description": (description or title or own)[:4000],
         "input_schema": tool.get("inputSchema"), "annotations": annotations,

@@ -57,7 +57,7 @@ class Candidate:
     """One operation of the document: its definition, or why it has none."""
 
     key: str  # identifies the operation across imports: "GET /pets/{petId}"
-    operation_id: str | None
+    operation_id: str | None  # bounded and one line (operations.label): what the tool's origin keeps
     name: str  # the tool name; given also when skipped
     definition: dict[str, Any] | None  # a ToolSpec payload; None when skipped
     reason: str | None  # why skipped
@@ -96,7 +96,7 @@ def candidates(document: dict[str, Any], *, vendor: str, base_url: str | None = 
                 left -= json_size(definition)
                 if left < 0:
                     raise InvalidInput(_over_budget(budget), field="document")
-        answer.append(Candidate(operation.key, operation.operation_id, name, definition, reason,
+        answer.append(Candidate(operation.key, operations.label(operation), name, definition, reason,
                                 operations.tags(operation)))
     return answer
 

@@ -16,6 +16,7 @@ from chalicelib.openapi.operations import Operation
 from chalicelib.openapi.problems import Skip, Where, at, cut, plain, shown
 from chalicelib.openapi.schemas import Schemas
 from chalicelib.openapi.servers import Servers
+from chalicelib.tools.definitions import visible
 
 # The security schemes a connection can carry today: (type, scheme or `in`), lower-case. A
 # `header` connection sends any one header, so also `Authorization: Basic ...`.
@@ -188,15 +189,15 @@ def _wire(param: Param) -> dict[str, Any]:
 
 
 def _description(operation: Operation) -> str:
-    texts = (operation.spec.get("summary"), operation.spec.get("description"))
-    return ("\n\n".join(part.strip() for part in texts if isinstance(part, str) and part.strip())
-            or operation.key)[:4000]
+    texts = [visible(part) for part in (operation.spec.get("summary"), operation.spec.get("description"))
+             if isinstance(part, str)]
+    return ("\n\n".join(part.strip() for part in texts if part.strip()) or visible(operation.key))[:4000]
 
 
 def _annotations(operation: Operation, method: str) -> dict[str, Any]:
     notes: dict[str, Any] = {}
-    summary = operation.spec.get("summary")
-    if isinstance(summary, str) and summary.strip():
+    summary = visible(operation.spec["summary"]) if isinstance(operation.spec.get("summary"), str) else ""
+    if summary.strip():
         notes["title"] = summary.strip()[:200]
     if method in ("GET", "HEAD"):
         notes["readOnlyHint"] = True

@@ -281,8 +281,8 @@ def tokenizer() -> Tokenizer:
 
     with zipfile.ZipFile(model_zip()) as archive:
         loaded = Tokenizer.from_str(archive.read("tokenizer.json").decode("utf-8"))
-    # tokenizer.json pads every text to 128 tokens and cuts there; we pad each batch to its
-    # longest text instead (much less work for short queries) and cut at the model's 256.
+    # tokenizer.json pads every text to 128 tokens and cuts there; we pad nothing (a batch's
+    # texts are packed end to end: _MiniLM._forward) and cut at the model's 256.
     loaded.no_padding()
     loaded.enable_truncation(max_length=MAX_TOKENS)
     return loaded

@@ -144,7 +144,9 @@ class SearchIndex:
         changes = list({d.key: d for d in docs}.values())
         if not changes:
             return self
-        if self._signals is None or self._changed + len(changes) > REBUILD_SHARE * len(self):
+        if self._signals is None:  # an empty toolbox's index (searched before any publish): nothing to keep
+            return SearchIndex.build(changes)
+        if self._changed + len(changes) > REBUILD_SHARE * len(self):
             return SearchIndex.build([*self._stored_docs(), *changes])
         rows, old, all_docs = [], [], list(self._docs)
         for doc in changes:

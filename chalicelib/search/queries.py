@@ -26,7 +26,7 @@ from chalicelib.search.text import content_words
 if TYPE_CHECKING:
     from chalicelib.search.usage import Memory
 
-MAX_PARTS = 3  # parts searched besides the whole request (one forward pass each)
+MAX_PARTS = 3  # parts searched besides the whole request (in its forward pass, each adding its tokens)
 MAX_SPLIT_CHARS = 600  # a longer request is split on its first so many characters only
 MIN_PART_WORDS = 1  # content words a piece needs to stand as an intent of its own
 PART_WEIGHT = 0.6  # a part's hit scores 0.6 x its score for the part + 0.4 x its score for the whole

@@ -39,6 +39,25 @@ STRAY_BRACE = re.compile(r"[{}]")
 URL_SAFE = "/:@!$&'()*+,;=-._~%{}?"  # characters a URL's path and query keep as they are
 
 
+# What hides or reorders text without showing itself: controls (but tab and line ends), bidi
+# embeddings, overrides and isolates, and the invisible tag characters that spell ASCII. In a
+# tool's description or title, an agent's model would read what a person reviewing the tool does not see.
+HIDDEN = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
+
+
+def visible(text: str) -> str:
+    """`text` without HIDDEN characters: what a source's (an OpenAPI document's, an MCP server's)
+    description or title becomes before it is published."""
+    return HIDDEN.sub("", text)
+
+
+def _shown_as_read(value: str | None, info: ValidationInfo) -> str | None:
+    if value is not None and not _stored(info) and HIDDEN.search(value):
+        raise ValueError("holds characters that hide or reorder text (controls, bidi overrides, invisible tag "
+                         "characters): what an agent's model reads must be what a person sees")
+    return value
+
+
 def first_line(text: str, limit: int) -> str:
     """A description's first line, cut to `limit` characters (an ellipsis marks the cut)."""
     line = text.strip().splitlines()[0] if text.strip() else ""
@@ -54,6 +73,11 @@ class Annotations(BaseModel):
     destructiveHint: bool | None = None
     idempotentHint: bool | None = None
     openWorldHint: bool | None = None
+
+    @field_validator("title")
+    @classmethod
+    def _visible_title(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _shown_as_read(value, info)
 
 
 class Param(BaseModel):
@@ -72,6 +96,9 @@ class Param(BaseModel):
         if not re.fullmatch(r"[\x21-\x7e]+", value):
             raise ValueError("a parameter's name is printable ASCII without spaces")
         return value
+
+
+FILE_ENCODING = "base64"  # a multipart tool's file: a top-level input property with this contentEncoding
 
 
 class RequestTemplate(BaseModel):
@@ -233,6 +260,12 @@ def checked_url(value: str) -> str:
     return normalized
 
 
+def _admits_text(schema: Any) -> bool:
+    """False only for a schema whose `type` rules out a string (absent, the field is unchecked here)."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    return kind is None or kind == "string" or (isinstance(kind, list) and "string" in kind)
+
+
 def _authoring_schema(schema: dict[str, Any]) -> None:
     """The JSON Schema a person or an agent authors against: `request` is required (only syncing
     an MCP server publishes a tool without one)."""
@@ -254,6 +287,11 @@ class ToolSpec(BaseModel):
     request: RequestTemplate | None = None
     upstream: SkipJsonSchema[UpstreamCall | None] = None
     connection: str | None = None
+
+    @field_validator("description")
+    @classmethod
+    def _visible_description(cls, value: str, info: ValidationInfo) -> str:
+        return _shown_as_read(value, info) or value
 
     @field_validator("input_schema", "output_schema")
     @classmethod
@@ -306,6 +344,24 @@ class ToolSpec(BaseModel):
                 raise ValueError(f"request: field {field!r} is not a property of input_schema")
         if len(set(placed)) < len(placed):
             raise ValueError("request: each input field goes to one place (the path, one param, or the body)")
+        return self
+
+    @model_validator(mode="after")
+    def _bytes_as_text(self, info: ValidationInfo) -> ToolSpec:
+        """Bytes travel in the input as base64 text (vendor.py decodes them): a binary body's field,
+        or a multipart file (a property with contentEncoding base64), must admit a string, or every
+        call that gives it is refused."""
+        if self.request is None or _stored(info):
+            return self  # a stored definition was checked when it was published
+        properties = self.input_schema.get("properties", {})
+        if self.request.body_format == "binary" and not _admits_text(properties.get(self.request.body)):
+            raise ValueError(f"request.body: a binary body is base64 text: input_schema.properties."
+                             f"{self.request.body} must admit a string")
+        if self.request.body_format == "multipart" and not self.request.body and isinstance(properties, dict):
+            for name, sub in properties.items():
+                if isinstance(sub, dict) and sub.get("contentEncoding") == FILE_ENCODING and not _admits_text(sub):
+                    raise ValueError(f"input_schema.properties.{name}: a file (contentEncoding {FILE_ENCODING}) is "
+                                     "base64 text: its type must admit a string")
         return self
 
     @property
