@@ -264,7 +264,7 @@ def _causes(error: BaseException) -> list[BaseException]:
 
 
 def _frame(frames: list[traceback.FrameSummary]) -> str:
-    """`chalicelib/catalog/toolbox.py:231 search` of the first of `frames` ("?" when there is none)."""
+    """`catalog/toolbox.py:231 search` of the first of `frames` ("?" when there is none)."""
     return f"{_short(frames[0].filename)}:{frames[0].lineno} {frames[0].name}" if frames else "?"
 
 
