@@ -143,12 +143,13 @@ def _heavy(before: set[str]) -> list[str]:
 def _setup(tools: list[dict[str, Any]], vendor_url: str) -> tuple[str, dict[str, Any]]:
     """Tables, an account, an agent and the toolbox, written through the store as a publish on
     another instance leaves them (publishing runs the model: it must not run here)."""
-    from chalicelib import accounts, definitions
-    from chalicelib.clock import utcnow
-    from chalicelib.config import settings
+    from chalicelib.base.clock import utcnow
+    from chalicelib.base.config import settings
+    from chalicelib.identity import accounts
     from chalicelib.store import queues, vault
     from chalicelib.store import tools as tool_store
     from chalicelib.store.tables import create_all
+    from chalicelib.tools import definitions
 
     create_all()
     vault.ensure_key()

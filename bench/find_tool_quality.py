@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 # turns sub-millisecond products into 15 ms spikes. Set the variable to compare.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from chalicelib import embedder
+from chalicelib.search import embedder
 from chalicelib.search import queries as intents
 from chalicelib.search.documents import Document, document_vector
 from chalicelib.search.index import SearchIndex

@@ -80,9 +80,10 @@ class Vendor(BaseHTTPRequestHandler):
 vendor = ThreadingHTTPServer(("127.0.0.1", 0), Vendor)
 threading.Thread(target=vendor.serve_forever, daemon=True).start()
 
-from chalicelib import accounts, definitions
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
+from chalicelib.identity import accounts
+from chalicelib.tools import definitions
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
 from chalicelib.search.documents import VECTOR_VERSION, document_vector
 from chalicelib.store import queues, vault
 from chalicelib.store import tools as tool_store

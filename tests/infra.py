@@ -32,7 +32,7 @@ from chalice.config import Config
 from chalice.utils import to_cfn_resource_name
 from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag
 
-from chalicelib import config as app_config
+from chalicelib.base import config as app_config
 from chalicelib.store import queues
 from chalicelib.store.models import TABLES
 from tests.isolation import one_at_a_time

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from chalicelib import workingset
-from chalicelib.clock import utcnow
-from chalicelib.errors import ListenLimit, StoreUnavailable
+from chalicelib.agents import workingset
+from chalicelib.base.clock import utcnow
+from chalicelib.base.errors import ListenLimit, StoreUnavailable
 from chalicelib.mcp import approvals
 from chalicelib.mcp.approvals import INPUT_KEY
 from chalicelib.store import agents

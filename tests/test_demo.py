@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from chalicelib import definitions, imports, toolbox
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
+from chalicelib.catalog import imports, toolbox
+from chalicelib.tools import definitions
 from local import demo
 from tests.conftest import Admin
 
@@ -30,7 +31,7 @@ def vendor() -> Iterator[ThreadingHTTPServer]:
 
 
 def _account(admin: Admin) -> str:
-    from chalicelib import accounts
+    from chalicelib.identity import accounts
 
     found = accounts.account_of_admin_token(admin.token)
     assert found is not None

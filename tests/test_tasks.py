@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib.errors import StoreUnavailable
+from chalicelib.base.errors import StoreUnavailable
 from chalicelib.mcp import tasks
 from tests.conftest import Admin, Mcp, Vendor
 from tests.upstream_servers import forecast_server, sdk_server

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from chalicelib import mcpclient
-from chalicelib.definitions import MAX_SCHEMA_BYTES
+from chalicelib.net import mcpclient
 from chalicelib.store import tools as tool_store
+from chalicelib.tools.definitions import MAX_SCHEMA_BYTES
 from tests.conftest import Admin, JsonHandler, serving
 
 

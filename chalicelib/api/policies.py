@@ -1,15 +1,17 @@
 """Admin routes for approval policies: a tool's, the account's default for a vendor's tools, and
-the history of who set what (chalicelib/policies.py)."""
+the history of who set what (chalicelib/calls/policies.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import accounts, policies, toolbox
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, bearer, body, limit, query
-from chalicelib.clock import iso, utcnow
-from chalicelib.errors import InvalidInput
+from chalicelib.base.clock import iso, utcnow
+from chalicelib.base.errors import InvalidInput
+from chalicelib.calls import policies
+from chalicelib.catalog import toolbox
+from chalicelib.identity import accounts
 from chalicelib.store.records import HistoryEvent, PolicySetting
 
 

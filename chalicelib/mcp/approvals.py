@@ -37,12 +37,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from chalicelib import runs, workingset
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
-from chalicelib.errors import ListenLimit, ToolDenied, WorksetError
-from chalicelib.mcp.protocol import INVALID_PARAMS, ProtocolError, Request
-from chalicelib.outcomes import Outcome, RunStatus, failure, tool_result
+from chalicelib.agents import workingset
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
+from chalicelib.base.errors import ListenLimit, ToolDenied, WorksetError
+from chalicelib.base.outcomes import Outcome, RunStatus, failure, tool_result
+from chalicelib.calls import runs
+from chalicelib.net.protocol import INVALID_PARAMS, ProtocolError, Request
 from chalicelib.store.records import AgentState, Run
 
 INPUT_KEY = "approval"  # the one input request's key in `inputRequests`

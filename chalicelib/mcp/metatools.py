@@ -10,13 +10,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from chalicelib import jsontext, policies, runs, toolbox, usage, workingset
-from chalicelib.causes import Cause, PromotedBy
-from chalicelib.definitions import Tool, ToolSpec, parse_spec
+from chalicelib.agents import workingset
+from chalicelib.base import jsontext
+from chalicelib.base.causes import Cause, PromotedBy
+from chalicelib.base.outcomes import Outcome, RunStatus
+from chalicelib.base.validation import NAME_PATTERN, SEPARATOR, VENDOR_PATTERN, check_tool_name, parse
+from chalicelib.calls import policies, runs
+from chalicelib.catalog import toolbox, usage
 from chalicelib.mcp import compact
-from chalicelib.outcomes import Outcome, RunStatus
 from chalicelib.store.records import AgentState
-from chalicelib.validation import NAME_PATTERN, SEPARATOR, VENDOR_PATTERN, check_tool_name, parse
+from chalicelib.tools.definitions import Tool, ToolSpec, parse_spec
 
 ALWAYS_LOAD = "anthropic/alwaysLoad"
 SEARCH_HINT = "anthropic/searchHint"

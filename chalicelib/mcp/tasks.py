@@ -8,11 +8,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from chalicelib import runs
-from chalicelib.clock import iso
-from chalicelib.config import settings
-from chalicelib.mcp.protocol import INVALID_PARAMS, ProtocolError, Request
-from chalicelib.outcomes import RunStatus, tool_result
+from chalicelib.base.clock import iso
+from chalicelib.base.config import settings
+from chalicelib.base.outcomes import RunStatus, tool_result
+from chalicelib.calls import runs
+from chalicelib.net.protocol import INVALID_PARAMS, ProtocolError, Request
 from chalicelib.store.records import AgentState, Run
 
 EXTENSION = "io.modelcontextprotocol/tasks"

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
 from chalicelib.openapi.operations import Operation
 from chalicelib.openapi.problems import Skip, at, cut, shown
 from chalicelib.openapi.schemas import Schemas

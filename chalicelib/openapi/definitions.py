@@ -1,4 +1,4 @@
-"""One operation into a ToolSpec payload (chalicelib.toolbox), or Skip saying why Workset cannot
+"""One operation into a ToolSpec payload (chalicelib.catalog.toolbox), or Skip saying why Workset cannot
 call it as described: its method, security, parameters, URL and request. Callbacks are not read:
 they describe what the vendor later sends to a URL the caller gives, not the call itself."""
 
@@ -8,15 +8,15 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-from chalicelib.definitions import visible
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
+from chalicelib.net.outbound import is_client_header
 from chalicelib.openapi.bodies import Body, json_media, media_type_schema, read_body, text
 from chalicelib.openapi.inputs import Fields, Param, input_schema
 from chalicelib.openapi.operations import Operation
 from chalicelib.openapi.problems import Skip, Where, at, cut, plain, shown
 from chalicelib.openapi.schemas import Schemas
 from chalicelib.openapi.servers import Servers
-from chalicelib.outbound import is_client_header
+from chalicelib.tools.definitions import visible
 
 # The security schemes a connection can carry today: (type, scheme or `in`), lower-case. A
 # `header` connection sends any one header, so also `Authorization: Basic ...`.

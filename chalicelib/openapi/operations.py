@@ -7,11 +7,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chalicelib import toolnames
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
+from chalicelib.base.validation import NAME_PATTERN, VENDOR_PATTERN, name_budget
 from chalicelib.openapi.problems import Skip, Where, at, shown
 from chalicelib.openapi.refs import Refs
-from chalicelib.validation import NAME_PATTERN, VENDOR_PATTERN, name_budget
+from chalicelib.tools import toolnames
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 NAME = re.compile(NAME_PATTERN)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
 from chalicelib.openapi.problems import Skip, Where, at, remote
 from chalicelib.openapi.refs import MAX_HOPS, Refs
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from chalicelib import embedder
+from chalicelib.search import embedder
 from chalicelib.search.arrays import grown, zscore, zscore_among
 from chalicelib.search.bm25 import Lexicon, Terms
 from chalicelib.search.documents import PENDING, Document, document_vectors, stored_vectors

@@ -20,9 +20,9 @@ from pynamodb.indexes import Index
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
-from chalicelib import jsontext
-from chalicelib.config import settings
-from chalicelib.errors import Busy, Conflict, InvalidInput, WorksetError
+from chalicelib.base import jsontext
+from chalicelib.base.config import settings
+from chalicelib.base.errors import Busy, Conflict, InvalidInput, WorksetError
 from chalicelib.store.records import Page
 
 CURSOR_CHARS = 4096  # four key attributes of DynamoDB's size, base64: far below this
