@@ -106,9 +106,23 @@ def multi_resid(variants, weight=0.6):
 
 
 def rules():
-    yield "shipped (parts in context)", shipped
-    yield "shipped + resid dense+words1 as part w0.6", with_resid(shipped, "dense+words1", 0.6)
-    yield "resid 1+2", multi_resid(["dense+words1", "dense+words2"])
-    yield "resid 1 + words1", multi_resid(["dense+words1", "words1"])
-    yield "resid 1 + dense1", multi_resid(["dense+words1", "dense1"])
-    yield "resid all", multi_resid(["dense+words1", "dense+words2", "words1", "dense1", "dense2"])
+    yield "whole request only", whole
+    yield "parts in the whole's context (main before)", shipped
+    for v, label in (("dense+words1", "words and vector"), ("words1", "words only"), ("dense1", "vector only")):
+        for wgt in (0.4, 0.5, 0.6, 0.7, 0.8, 1.0):
+            yield f"+ residual after the best hit ({label}) as a part, weight {wgt}", with_resid(shipped, v, wgt)
+    for wgt in (0.6, 1.0):
+        yield f"+ residual after the best 2 hits (words and vector), weight {wgt}", with_resid(shipped, "dense+words2", wgt)
+    yield "+ residual (words and vector) to the whole only, no parts, weight 0.6", with_resid(whole, "dense+words1", 0.6)
+    for g in (1, 2, 3, 4, 6):
+        yield f"+ residual weight 0.6, only when the whole's 1st-2nd score gap < {g}", \
+            with_resid(shipped, "dense+words1", 0.6, gate=g)
+    for v, label in (("dense+words1", "words and vector"), ("words1", "words only"), ("dense1", "vector only")):
+        yield f"+ residual's best new hit ({label}) placed 2nd", resid_slot(shipped, v)
+    yield "+ residuals after 1 and after 2 hits, both as parts", multi_resid(["dense+words1", "dense+words2"])
+    yield "+ all five residual rankings as parts", \
+        multi_resid(["dense+words1", "dense+words2", "words1", "dense1", "dense2"])
+    for lam in (1, 2, 5, 10, 20):
+        yield f"coverage rerank of the whole's top 20, words, lambda {lam}", cover(lam=lam)
+    for d in (2, 5, 10, 20):
+        yield f"coverage rerank of the whole's top 20, residual vector, mu {d}", cover(lam=0, dense=d)
