@@ -82,20 +82,20 @@ class Memo:
     def __init__(self, index: SearchIndex) -> None:
         self.index = index
         self.answers: dict[tuple[str, int], list[tuple[str, float]]] = {}
-        self.residuals: dict[tuple[str, int, str], list[tuple[str, float]]] = {}
+        self.residuals: dict[tuple[str, int], list[tuple[str, float]]] = {}
 
     def search(self, query: str, limit: int = 10, memory: None = None) -> list[tuple[str, float]]:
         return self.search_many([query], limit)[0]
 
     def search_many(self, queries: list[str], limit: int = 10, memory: None = None,
                     residual: bool = False) -> list[list[tuple[str, float]]]:
+        if residual and (queries[0], limit) not in self.residuals:  # the whole request's residual: one pass with all
+            *answers, self.residuals[queries[0], limit] = self.index.search_many(queries, limit, residual=True)
+            self.answers.update(((q, limit), answer) for q, answer in zip(queries, answers))
         missing = [q for q in dict.fromkeys(queries) if (q, limit) not in self.answers]
         if missing:  # no account memory here: every query ranks from the toolbox alone
             self.answers.update(((q, limit), answer) for q, answer in zip(missing, self.index.search_many(missing, limit)))
-        if residual and (queries[0], limit, "residual") not in self.residuals:
-            self.residuals[queries[0], limit, "residual"] = self.index.search_many([queries[0]], limit, residual=True)[1]
-        return [self.answers[q, limit] for q in queries] + ([self.residuals[queries[0], limit, "residual"]]
-                                                             if residual else [])
+        return [self.answers[q, limit] for q in queries] + ([self.residuals[queries[0], limit]] if residual else [])
 
 
 def split_search(index: SearchIndex | Memo, query: str, limit: int = 10) -> list[tuple[str, float]]:

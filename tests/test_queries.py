@@ -252,3 +252,13 @@ def test_a_residual_of_a_hostile_or_empty_request_is_bounded(index: SearchIndex,
     assert len(rankings) == 2 and len(rankings[1]) <= 5
     assert not rankings[0] or rankings[0][0][0] not in keys(rankings[1])
     assert time.process_time() - start < 5  # a loose bound: runaway work takes minutes here
+
+
+@pytest.mark.parametrize("request_text", ["send an invoice", "storms", "list customers", "pollen forecast"])
+def test_the_residual_lists_only_what_the_request_itself_lists(index: SearchIndex, request_text: str) -> None:
+    # GIVEN a request and every tool it lists by itself (a shared word, or near it in meaning)
+    listed = set(keys(index.search(request_text, len(TOOLBOX))))
+    # WHEN its residual is ranked (a renormalised residual direction is near something in any toolbox)
+    _, residual = index.search_many([request_text], len(TOOLBOX), residual=True)
+    # THEN it holds no tool the request would not list: "send an invoice" gets no weather warning
+    assert set(keys(residual)) <= listed

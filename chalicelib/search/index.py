@@ -215,17 +215,20 @@ class SearchIndex:
                 answers[position] = self._ranked(queries[position], content, keyword, named, vectors[column],
                                                   cosine, limit, memory)
         if residual:  # position 0 is column 0 whenever it is answerable
-            answers.append(self._residual(queries[0], lexical[0][0], vectors[0], answers[0][0][0], limit, memory)
+            answers.append(self._residual(queries[0], lexical[0][0], vectors[0], answers[0][0][0],
+                                          (lexical[0][1] > 0) | (cosines[:, 0] >= HIT_COSINE), limit, memory)
                            if answers[0] else [])
         return answers
 
-    def _residual(self, query: str, content: list[str], query_vector: np.ndarray, top: str, limit: int,
-                  memory: Memory | None) -> list[tuple[str, float]]:
+    def _residual(self, query: str, content: list[str], query_vector: np.ndarray, top: str, listed: np.ndarray,
+                  limit: int, memory: Memory | None) -> list[tuple[str, float]]:
         """What a request asks beyond its best hit `top` ("explaining away"): ranked as a query of
         the request's content words `top`'s text does not hold (all of them if it holds every one)
         and of the request's vector minus its projection on `top`'s, renormalised. A request for
         two things whose best hit answers one then finds the other, with or without an "and";
-        `top` itself is left out. One more product with the vectors, no MiniLM pass."""
+        `top` itself is left out, and so is any doc the request itself would not list (`listed`:
+        sharing a word with it or near it in meaning): a residual direction is close to something in
+        any toolbox. One more product with the vectors, no MiniLM pass."""
         assert self._signals is not None
         signals = self._signals
         row = self._rows[top]
@@ -241,13 +244,14 @@ class SearchIndex:
             if norm > RESIDUAL_NORM:
                 vector = (rest / norm).astype(np.float32)
         keyword, named = lexicon.scores(words)
-        hits = self._ranked(text, words, keyword, named, vector, signals.vectors @ vector, limit + 1, memory)
-        return [hit for hit in hits if hit[0] != top][:limit]
+        among = listed.copy()
+        among[row] = False
+        return self._ranked(text, words, keyword, named, vector, signals.vectors @ vector, limit, memory, among)
 
     def _ranked(self, query: str, content: list[str], keyword: np.ndarray, named: np.ndarray,
                 query_vector: np.ndarray, cosine: np.ndarray, limit: int,
-                memory: Memory | None) -> list[tuple[str, float]]:
-        """One answerable query's hits: its signals fused, best first."""
+                memory: Memory | None, among: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """One answerable query's hits: its signals fused, best first (only docs `among`, if given)."""
         assert self._signals is not None
         signals = self._signals
         top = keyword.max()
@@ -276,7 +280,8 @@ class SearchIndex:
                 fused[rows] = np.round(fused[rows] + W_SENTENCE * (own_sentence - sentence[rows]), 6)
             if not (keyword > 0).any() and cosine.max() < GATE_COSINE:
                 return []
-        hits = np.flatnonzero((keyword > 0) | (cosine >= HIT_COSINE) | _listed_while_pending(static, signals.known))
+        listed = (keyword > 0) | (cosine >= HIT_COSINE) | _listed_while_pending(static, signals.known)
+        hits = np.flatnonzero(listed if among is None else listed & among)
         order = hits[np.lexsort((self._key_order[hits], -fused[hits]))][:limit]
         return [(self._keys[i], float(fused[i])) for i in order]
 
