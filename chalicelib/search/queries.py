@@ -13,8 +13,9 @@ Besides its parts, every request (split or not) is searched once more for what i
 not explain (SearchIndex._residual: the content words the best hit's text lacks, and the request's
 vector minus its projection on the best hit's), from the vectors already computed. A request for
 two things whose words do not split ("news about Tesla's effect on its stock price") finds its
-second tool this way: on MetaTool's tuning two-tool requests complete@5 went from 0.66 to 0.74,
-single-tool recall@5 unchanged (bench/multi_levers.py replays the rules tried).
+second tool this way: MetaTool two-tool complete@5 went from 0.66 to 0.74 on the tuning requests
+and from 0.586 to 0.602 on held-out ones, single-tool recall@5 unchanged (bench/multi_levers.py
+replays the rules tried; BENCHMARKS.md, "Explaining away").
 
 The whole request's best hit stays first. A part's hit, and a residual hit, count in the whole
 request's context: its score is PART_WEIGHT of its score for the part and the rest of its score
