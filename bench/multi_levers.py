@@ -27,7 +27,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 
-from chalicelib import embedder
+from chalicelib.search import embedder
 from chalicelib.search import queries as intents
 from chalicelib.search.bm25 import Terms
 from chalicelib.search.index import SearchIndex

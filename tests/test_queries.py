@@ -220,7 +220,7 @@ def test_a_request_and_its_parts_rank_in_one_pass_as_each_alone(index: SearchInd
 def test_the_residual_ranking_leaves_out_the_best_hit_and_costs_no_second_pass(
         index: SearchIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a request whose best hit is a forecast, and a count of MiniLM passes
-    from chalicelib import embedder
+    from chalicelib.search import embedder
 
     passes = []
     real = embedder.embed
