@@ -8,13 +8,15 @@ gc.disable()  # importing builds only objects that live as long as the instance:
 from chalice import Chalice, Rate
 from chalice.app import CloudWatchEvent, SQSEvent, SQSRecord
 
-from chalicelib import log, notify, sweep
+from chalicelib.agents import sweep
 from chalicelib.api import bp as admin_api
 from chalicelib.api.authorization import bp as oauth_endpoints
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
+from chalicelib.base import log
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
 from chalicelib.console import bp as console
 from chalicelib.mcp.routes import bp as mcp_endpoint
+from chalicelib.net import notify
 from chalicelib.store import queues
 
 app = Chalice(app_name="workset")

@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ["WORKSET_STAGE"] = args.stage
     os.environ.setdefault("WORKSET_TABLE_PREFIX", f"workset-{args.stage}")
-    from chalicelib import accounts
-    from chalicelib.clock import utcnow
-    from chalicelib.errors import WorksetError
+    from chalicelib.base.clock import utcnow
+    from chalicelib.base.errors import WorksetError
+    from chalicelib.identity import accounts
     from chalicelib.store import tables
 
     if args.command == "create-tables":

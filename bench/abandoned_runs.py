@@ -32,8 +32,8 @@ os.environ["WORKSET_RUN_RETENTION_DAYS"] = "3650"
 
 from bench import sweep_scale  # fakes the AWS environment before the app loads
 from bench.dynamo_calls import DynamoCalls
-from chalicelib import sweep
-from chalicelib.outcomes import RunStatus
+from chalicelib.agents import sweep
+from chalicelib.base.outcomes import RunStatus
 from chalicelib.store import agents as agent_store
 from chalicelib.store import runs as run_store
 from chalicelib.store.records import Run

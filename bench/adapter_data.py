@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.apis import CACHE, VERSION, tarball, tuning_allowed
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
 from chalicelib.openapi import operations
 from chalicelib.openapi.refs import Refs
 from chalicelib.search.documents import _vector_text
@@ -159,7 +159,7 @@ def load(embed: bool = True, target: str = "tool") -> tuple[list[Pair], np.ndarr
     """The pairs and their MiniLM vectors (requests as queries are embedded; tools as stored:
     rounded through float16), built and cached on first use. `target` "detail": the vectors of
     the tool texts without the summary (harder pairs: the request is not in the text)."""
-    from chalicelib import embedder
+    from chalicelib.search import embedder
 
     OUT.mkdir(parents=True, exist_ok=True)
     meta = OUT / "pairs.json"

@@ -1,7 +1,7 @@
 """Cold start: what `import app` costs next to its floor, and what a cold instance loads on its
 first requests.
 
-    python bench/cold_start.py [--rounds 9] [--instances 3] [--tools PATH]
+    python bench/cold_start.py [--rounds 9] [--instances 3] [--tools PATH] [--package [PYTHON=]DIR ...]
 
 * Import. Fresh `python -c` processes, alternating (same run, the order flipped each round)
   between the baseline `import chalice, boto3, pynamodb.models` (what any Chalice app on
@@ -12,6 +12,10 @@ first requests.
   it is, every module from a warm .pyc cache, and nothing compiled ahead (every module compiled
   from source, as on a read-only file system without shipped .pyc). Then where `import app`'s
   time goes (-X importtime self time by top-level package).
+* Built packages (`--package`, repeatable): each unzipped deployment package imported as Lambda
+  does, by the interpreter given with it (PYTHON=DIR; this one without), the packages' processes
+  interleaved with each other (the order flipped each round), and each package's medians beside
+  the first's: the same package built for two runtimes (bench/lambda_runtime.py) compares them.
 * First requests. A fresh process is a cold instance: it imports app, sets up in-process moto
   with a toolbox whose vectors are already stored (as publishing leaves them), and serves
   tools/list, promote, a call of the promoted tool, demote, find_tool and a console page
@@ -139,12 +143,13 @@ def _heavy(before: set[str]) -> list[str]:
 def _setup(tools: list[dict[str, Any]], vendor_url: str) -> tuple[str, dict[str, Any]]:
     """Tables, an account, an agent and the toolbox, written through the store as a publish on
     another instance leaves them (publishing runs the model: it must not run here)."""
-    from chalicelib import accounts, definitions
-    from chalicelib.clock import utcnow
-    from chalicelib.config import settings
+    from chalicelib.base.clock import utcnow
+    from chalicelib.base.config import settings
+    from chalicelib.identity import accounts
     from chalicelib.store import queues, vault
     from chalicelib.store import tools as tool_store
     from chalicelib.store.tables import create_all
+    from chalicelib.tools import definitions
 
     create_all()
     vault.ensure_key()
@@ -214,17 +219,18 @@ class _vendor:
         self.server.server_close()
 
 
-def import_seconds(statement: str, bytecode: dict[str, str], package: Path | None = None) -> tuple[float, float]:
+def import_seconds(statement: str, bytecode: dict[str, str], package: Path | None = None,
+                   python: str = sys.executable) -> tuple[float, float]:
     """Wall and CPU seconds one fresh process spends on `statement` (`bytecode`: environment
-    overrides). Given `package` (an unzipped deployment package), the process is isolated (`-I`:
-    no site-packages, no PYTHON* variables), writes no bytecode (`-B`) and imports only from the
-    package, as Lambda does: the package's modules compiled on every import, the standard
-    library's from its own .pyc."""
+    overrides). Given `package` (an unzipped deployment package), the process is isolated (`-I
+    -S`: no site-packages, no PYTHON* variables), writes no bytecode (`-B`) and imports only from
+    the package, as Lambda does: the package's modules from the bytecode it ships (compiled on
+    every import where it ships none), the standard library's from its own .pyc. `python`: the interpreter (the package's runtime's)."""
     env = {**environment(), **bytecode}
     env = {name: value for name, value in env.items() if value}  # "" unsets
-    command = [sys.executable, "-c", TIMED_IMPORT.format(statement)]
+    command = [python, "-c", TIMED_IMPORT.format(statement)]
     if package is not None:
-        command = [sys.executable, "-I", "-B", "-c", f"import sys; sys.path.insert(0, {str(package)!r}); "
+        command = [python, "-I", "-S", "-B", "-c", f"import sys; sys.path.insert(0, {str(package)!r}); "
                    + TIMED_IMPORT.format(statement)]
     done = subprocess.run(command, capture_output=True, text=True, cwd=package or ROOT, env=env, timeout=120,
                           check=True)
@@ -243,6 +249,35 @@ def import_figures(rounds: int, bytecode: dict[str, str],
         for label, statement in order if i % 2 == 0 else reversed(order):
             samples[label].append(import_seconds(statement, bytecode, package))
     return samples
+
+
+def package_figures(rounds: int, packages: list[tuple[str, Path]]) -> list[dict[str, list[tuple[float, float]]]]:
+    """Baseline and app import times (wall, CPU) of each (interpreter, unzipped package), each
+    package's processes alternating baseline and app, the packages interleaved, both orders
+    flipped every round."""
+    order = [("baseline", BASELINE), ("app", "import app")]
+    samples: list[dict[str, list[tuple[float, float]]]] = [{"baseline": [], "app": []} for _ in packages]
+    for python, package in packages:  # reads each package's files once (the page cache); not counted
+        for _, statement in order:
+            import_seconds(statement, {}, package, python)
+    for i in range(rounds):
+        sides = list(enumerate(packages)) if i % 2 == 0 else list(reversed(list(enumerate(packages))))
+        for side, (python, package) in sides:
+            for label, statement in order if i % 2 == 0 else reversed(order):
+                samples[side][label].append(import_seconds(statement, {}, package, python))
+    return samples
+
+
+def parse_package(text: str) -> tuple[str, Path]:
+    """`PYTHON=DIR` or `DIR` (this interpreter) -> (interpreter, folder)."""
+    python, _, folder = text.rpartition("=")
+    return python or sys.executable, Path(folder)
+
+
+def python_version(python: str) -> str:
+    done = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    return done.stdout.strip()
 
 
 def import_breakdown(top: int, bytecode: dict[str, str]) -> list[tuple[str, float]]:
@@ -275,8 +310,11 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=3, help="cold instances for the first-request figures")
     parser.add_argument("--tools", type=Path, default=METATOOL, help="toolbox JSON (vendor, name, description)")
     parser.add_argument("--query", default="convert my question into an SQL query")
-    parser.add_argument("--package", type=Path, help="also time an unzipped deployment package "
-                        "(infra/build.sh dev OUT; unzip OUT/deployment.zip -d DIR), without bytecode, as on Lambda")
+    parser.add_argument("--package", type=parse_package, action="append", default=[], metavar="[PYTHON=]DIR",
+                        help="also time an unzipped deployment package (infra/build.sh dev OUT; unzip "
+                        "OUT/deployment.zip -d DIR) with its own bytecode, as on Lambda, under PYTHON (its "
+                        "runtime's interpreter; default this one); repeat it to compare packages side by side")
+    parser.add_argument("--packages-only", action="store_true", help="time only the --package imports")
     args = parser.parse_args()
 
     as_configured = "PYTHONDONTWRITEBYTECODE=1" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "bytecode written"
@@ -293,12 +331,14 @@ def main() -> None:
             # nothing compiled ahead: a package without .pyc on a read-only file system
             "no bytecode": {"PYTHONPYCACHEPREFIX": empty, "PYTHONDONTWRITEBYTECODE": "1"},
         }
-        runs = [(mode, bytecode, None) for mode, bytecode in modes.items()]
+        runs = [] if args.packages_only else [(mode, import_figures(args.rounds, bytecode)) for mode, bytecode in modes.items()]
         if args.package:
-            runs.append((f"the deployment package in {args.package} (its own bytecode, as infra/build.sh ships it)",
-                         {}, args.package))
-        for mode, bytecode, package in runs:
-            samples = import_figures(args.rounds, bytecode, package)
+            by_package = package_figures(args.rounds, args.package)
+            for (python, package), samples in zip(args.package, by_package, strict=True):
+                label = (f"the deployment package in {package} under python {python_version(python)} "
+                         "(its own bytecode, as infra/build.sh ships it; packages interleaved)")
+                runs.append((label, samples))
+        for mode, samples in runs:
             print(f"  {mode}:")
             for kind, index in (("wall", 0), ("CPU", 1)):
                 base = [sample[index] * 1000 for sample in samples["baseline"]]
@@ -306,6 +346,14 @@ def main() -> None:
                 print(f"    {kind:<4} baseline median {statistics.median(base):7.1f} ms (min {min(base):6.1f})   "
                       f"app median {statistics.median(app):7.1f} ms (min {min(app):6.1f})   "
                       f"ratio {statistics.median(app) / statistics.median(base):.2f}x (mins {min(app) / min(base):.2f}x)")
+        if len(args.package) > 1:
+            print(f"  `import app`, each package's median over the first's ({args.package[0][1]}):")
+            for (_, package), samples in list(zip(args.package, by_package, strict=True))[1:]:
+                wall, cpu = (statistics.median(s[k] for s in samples["app"])
+                             / statistics.median(s[k] for s in by_package[0]["app"]) for k in (0, 1))
+                print(f"    {package}: wall {wall:.2f}x   CPU {cpu:.2f}x")
+        if args.packages_only:
+            return
         print("Self time of `import app` by top-level package (one -X importtime run, bytecode cached):")
         for package, ms in import_breakdown(12, modes["bytecode cached"]):
             print(f"  {package:<28} {ms:7.1f} ms")

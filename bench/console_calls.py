@@ -32,12 +32,16 @@ def main() -> None:
         from chalice.test import Client
 
         from app import app
-        from chalicelib import accounts, definitions, imports, log, toolbox, workingset
-        from chalicelib.causes import Cause, PromotedBy
-        from chalicelib.clock import utcnow
-        from chalicelib.config import settings
+        from chalicelib.agents import workingset
+        from chalicelib.base import log
+        from chalicelib.base.causes import Cause, PromotedBy
+        from chalicelib.base.clock import utcnow
+        from chalicelib.base.config import settings
+        from chalicelib.catalog import imports, toolbox
+        from chalicelib.identity import accounts
         from chalicelib.store import queues
         from chalicelib.store.tables import create_all
+        from chalicelib.tools import definitions
         from local import demo
 
         logging.getLogger(log.LOGGER).setLevel(logging.WARNING)  # the figures only, not a line per request

@@ -81,8 +81,9 @@ def main() -> None:
         from chalice.test import Client
 
         from app import app
-        from chalicelib import accounts, indexes
-        from chalicelib.clock import utcnow
+        from chalicelib.base.clock import utcnow
+        from chalicelib.catalog import indexes
+        from chalicelib.identity import accounts
         from chalicelib.store.tables import create_all
 
         create_all()
@@ -144,8 +145,8 @@ class _OAuthClient:
         import json
         from urllib.parse import parse_qs, urlsplit
 
-        from chalicelib.clock import utcnow
-        from chalicelib.config import settings
+        from chalicelib.base.clock import utcnow
+        from chalicelib.base.config import settings
         from chalicelib.oauth import authorization
 
         self.client, self.verifier = client, "v" * 64

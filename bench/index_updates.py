@@ -68,8 +68,8 @@ def main() -> None:
 
 def run(args: argparse.Namespace) -> None:
     from bench.find_tool_quality import PAD_TO, SEED, load_tools, variants
-    from chalicelib import embedder, indexes, toolbox
-    from chalicelib.search import static
+    from chalicelib.catalog import indexes, toolbox
+    from chalicelib.search import embedder, static
     from chalicelib.store import tables
 
     tables.create_all()
@@ -136,8 +136,8 @@ def measured(accounts: list[str], budget: float | None) -> dict:
 
 def searched(accounts: list[str]) -> None:
     """(In the child) search each account once, in turn; print RSS, indexes held and their estimate."""
-    from chalicelib import embedder, indexes, toolbox
-    from chalicelib.search import static
+    from chalicelib.catalog import indexes, toolbox
+    from chalicelib.search import embedder, static
 
     embedder.model()
     static.wordllama()
@@ -154,8 +154,8 @@ def seed(docs: list, count: int, number: int) -> str:
     BatchWriteItem per 25), its revision at 1 with no change records (a first search builds)."""
     import numpy as np
 
-    from chalicelib import accounts
-    from chalicelib.clock import utcnow
+    from chalicelib.base.clock import utcnow
+    from chalicelib.identity import accounts
     from chalicelib.search.documents import VECTOR_VERSION
     from chalicelib.store.models import AccountItem, ToolHeadItem, head_sk
 
@@ -175,7 +175,7 @@ def seed(docs: list, count: int, number: int) -> str:
 
 
 def publish(account_id: str, number: int) -> None:
-    from chalicelib.clock import utcnow
+    from chalicelib.base.clock import utcnow
     from chalicelib.search.documents import VECTOR_VERSION, document_vector
     from chalicelib.store import tools as tool_store
 

@@ -87,8 +87,8 @@ def in_process(vendor_url: str, n: int) -> dict[str, tuple[float, float]]:
         from chalice.test import Client
 
         from app import app
-        from chalicelib import accounts
-        from chalicelib.clock import utcnow
+        from chalicelib.base.clock import utcnow
+        from chalicelib.identity import accounts
         from chalicelib.store.tables import create_all
 
         create_all()

@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 CORPORA = [Path("/work/shared/bench/metatool/tools.json"), Path("/work/shared/bench/livemcpbench/tools.json")]
 SAMPLE = 50
-NAME_CHARS = 31  # chalicelib.validation.NAME_PATTERN
+NAME_CHARS = 31  # chalicelib.base.validation.NAME_PATTERN
 BUSY_AGENTS = 20
 QUERIES = ["search the web", "send an email", "weather forecast for a city", "convert currency",
            "create a calendar event", "translate text", "find a hotel", "stock price"]

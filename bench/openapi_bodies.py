@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from chalicelib import openapi
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
 
 
 def counts(name: str, document: dict[str, Any]) -> dict[str, Any]:

@@ -119,9 +119,10 @@ def main() -> None:
         from chalice.test import Client
 
         from app import app
-        from chalicelib import accounts, openapi
-        from chalicelib.clock import utcnow
-        from chalicelib.config import settings
+        from chalicelib import openapi
+        from chalicelib.base.clock import utcnow
+        from chalicelib.base.config import settings
+        from chalicelib.identity import accounts
         from chalicelib.openapi.operations import METHODS
         from chalicelib.store import queues
         from chalicelib.store.tables import create_all

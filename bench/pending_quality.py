@@ -58,7 +58,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 
-from chalicelib import embedder
+from chalicelib.search import embedder
 from chalicelib.search import index as search_index
 from chalicelib.search.arrays import zscore_among
 from chalicelib.search.documents import PENDING, Document, document_vectors

@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT))
 
 import tests.conftest
 from bench.dynamo_calls import DynamoCalls
-from chalicelib import sweep
-from chalicelib.accounts import DEFAULT_CAP, DEFAULT_IDLE_WINDOW_DAYS
+from chalicelib.agents import sweep
+from chalicelib.identity.accounts import DEFAULT_CAP, DEFAULT_IDLE_WINDOW_DAYS
 from chalicelib.store import agents as agent_store
 from chalicelib.store.models import (
     AGENT_SK,
@@ -322,8 +322,8 @@ def check_shapes() -> None:
     from chalice.test import Client
 
     from app import app
-    from chalicelib import accounts
-    from chalicelib.clock import utcnow
+    from chalicelib.base.clock import utcnow
+    from chalicelib.identity import accounts
     from local.demo import start_vendor
     from tests.conftest import Admin, Mcp
 
@@ -445,7 +445,7 @@ def report(fleets: list[Fleet], skipped: list[str], command: str, setting: str, 
     print(f"code: {code_version()}")
     print(setting)
     print(f"in-process moto; SHARDS = {SHARDS}; {PROMOTIONS} promotions per agent; cap {DEFAULT_CAP}; idle window "
-          f"{DEFAULT_IDLE_WINDOW_DAYS} days; each sweep is chalicelib.sweep.run(now) inline (no dispatch)")
+          f"{DEFAULT_IDLE_WINDOW_DAYS} days; each sweep is chalicelib.agents.sweep.run(now) inline (no dispatch)")
     print(f"whole run: {elapsed:.0f} s (budget {budget:.0f} s)\n")
 
     print("## Measured")
@@ -494,7 +494,7 @@ def report(fleets: list[Fleet], skipped: list[str], command: str, setting: str, 
     residual = max(abs(a + b * d - c) for d, c in points)
     print(f"{DUE_PERCENT}% due: calls = a + b x D, least squares over every measured (D, calls) "
           f"{sorted(set(points))}: a = {a:.2f}, b = {b:.3f}, max residual {residual:.2f}; a is the nothing-due "
-          f"sweep, and chalicelib/sweep.py's account of b is one Query per agent found plus one transaction per "
+          f"sweep, and chalicelib/agents/sweep.py's account of b is one Query per agent found plus one transaction per "
           f"demotion, 2 here{'' if round(b, 3) == 2 else ' <- NOT what was measured'}")
     print(f"  at {PROJECTED_FLEET:,} agents, D = {DUE_PERCENT}% = {projected_due:,}: calls = {a:.0f} + {b:.0f} x "
           f"{projected_due:,} = {projected:,.0f} ({projected / projected_due:.3f} calls/demotion)")

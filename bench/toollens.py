@@ -17,8 +17,9 @@ printed side by side in one run:
   of the request a term (the baseline of issue 25's "1.46x BM25"); and the same with find_tool's
   query stop words left out (a stronger baseline);
 * find_tool, whole request only (the ranking before chalicelib/search/queries.py);
-* the split as first shipped (each part's raw scores merged by their max), and find_tool as it
-  answers now: the request split into its intents, each part's hits scored in the whole's context.
+* the split into intents without the residual (main before branch i25-multi3), and find_tool as
+  it answers now: the request's parts and its residual (what its best hit does not explain), each
+  one's hits scored in the whole's context (chalicelib/search/queries.py).
 recall@5 is the mean share of a request's gold tools in the top 5 (COLT's Recall@5), complete@5
 the share of requests with all of them there (COLT's COMP@5). The tuning part is every 10th
 test request (in qrels order); held-out is the rest, and nothing was tuned on it.
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from bench.find_tool_quality import multi_parts, split_one_by_one
+from bench.find_tool_quality import multi_parts, split_parts_only
 from chalicelib.search import queries as intents
 from chalicelib.search.documents import Document, document_vector
 from chalicelib.search.index import SearchIndex
@@ -162,9 +163,9 @@ def main() -> None:
         "BM25": measure(lambda q: [k for k, _ in bm25.search(q, TOP)], requests),
         "BM25, stop words left out": measure(lambda q: [k for k, _ in bm25_stop.search(q, TOP)], requests),
         "find_tool, whole request only": measure(lambda q: [k for k, _ in index.search(q, TOP)], requests),
-        "find_tool, split as first shipped (max of raw scores)":
-            measure(lambda q: [k for k, _ in split_one_by_one(index, q, TOP)], requests),
-        "find_tool, split into intents (now: parts in the whole's context)":
+        "find_tool, split into parts, no residual (main before i25-multi3)":
+            measure(lambda q: [k for k, _ in split_parts_only(index, q, TOP)], requests),
+        "find_tool now: parts and the residual, in the whole's context":
             measure(lambda q: [k for k, _ in intents.search(index, q, TOP)], requests),
     }
     split = sum(bool(intents.intents(text)) for _, text, _ in requests)

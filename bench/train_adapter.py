@@ -110,7 +110,7 @@ def train(q: np.ndarray, d: np.ndarray, val_q: np.ndarray, val_d: np.ndarray) ->
 
 
 def _cached_embeddings(name: str, texts: list[str], stored: bool = False) -> np.ndarray:
-    from chalicelib import embedder
+    from chalicelib.search import embedder
 
     path = OUT / f"{name}.npy"
     if path.exists():

@@ -37,12 +37,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 
-from chalicelib import embedder
+from chalicelib.catalog.usage import MEMORY_PAIRS, RECALLED_HITS
+from chalicelib.search import embedder
 from chalicelib.search import usage as search_usage
 from chalicelib.search.documents import Document, document_vector
 from chalicelib.search.index import SearchIndex
 from chalicelib.search.usage import Evidence, Memory
-from chalicelib.usage import MEMORY_PAIRS, RECALLED_HITS
 
 TUNING_EVERY = 10
 SEED = 20261203

@@ -160,7 +160,7 @@ class Watcher:
     def __init__(self, endpoint: str) -> None:
         import boto3
 
-        from chalicelib.config import settings
+        from chalicelib.base.config import settings
 
         self.sqs = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
                                 aws_access_key_id="local", aws_secret_access_key="local")
@@ -214,7 +214,7 @@ def run(root: Path, sources: str, queries: dict[str, str]) -> dict[str, Timing]:
                            "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "WORKSET_STAGE": "local"})
         from pynamodb.models import Model
 
-        from chalicelib import accounts
+        from chalicelib.identity import accounts
 
         for model in _subclasses(Model):  # connections made for the last run's emulator
             model._connection = None

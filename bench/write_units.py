@@ -203,10 +203,10 @@ def main() -> None:
         from chalice.test import Client
 
         from app import app
-        from chalicelib import accounts
+        from chalicelib.identity import accounts
 
         logging.getLogger("workset.events").disabled = True  # the app's own log lines
-        from chalicelib.clock import utcnow
+        from chalicelib.base.clock import utcnow
         from chalicelib.store import queues, vault
         from chalicelib.store.tables import create_all
 

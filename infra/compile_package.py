@@ -14,7 +14,9 @@ without bytecode and 0.26 s with it (BENCHMARKS.md, "Cold start"). This step:
   without looking at the source, which never changes in a deployed package) and adds them to the
   zip. Modules nothing imports stay source only, so the package grows by what a cold start reads.
 
-The .pyc are this interpreter's; infra/build.sh takes Lambda's Python version from the same venv.
+The .pyc are this interpreter's, so it must be the runtime's own (Python X.Y for the template's
+`pythonX.Y`): infra/build.sh runs this with the interpreter infra/lambda_runtime.py finds, and it
+refuses to run under any other.
 """
 
 from __future__ import annotations
@@ -69,11 +71,12 @@ def own_modules(root: Path) -> list[str]:
                   for path in (root / "chalicelib").rglob("*.py"))
 
 
-def loaded_sources(root: Path, environment: dict[str, str]) -> list[Path]:
-    """The package's .py files that importing app and everything its code imports loads."""
+def loaded_sources(root: Path, environment: dict[str, str], python: str = sys.executable) -> list[Path]:
+    """The package's .py files that importing app and everything its code imports loads (under
+    `python`: the runtime's interpreter, as the package's compiled wheels are that Python's)."""
     code = [root / "app.py", *(root / "chalicelib").rglob("*.py")]
     names = [*own_modules(root), *sorted(imports(code))]
-    result = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", PROBE, str(root), json.dumps(names)],
+    result = subprocess.run([python, "-I", "-S", "-B", "-c", PROBE, str(root), json.dumps(names)],
                             cwd=root, env=environment, capture_output=True, text=True, timeout=600, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"importing the package's code failed:\n{result.stderr[-4000:]}")
@@ -104,6 +107,12 @@ def _resolved(value: object, values: dict[str, str]) -> str:
     if isinstance(value, dict) and set(value) == {"Fn::Sub"}:
         return re.sub(r"\$\{(\w+)\}", lambda match: values[match.group(1)], value["Fn::Sub"])
     return str(value)
+
+
+def template_runtime(out: Path) -> str:
+    """The Runtime of the built template's API function (e.g. python3.13)."""
+    template = json.loads((out / "sam.json").read_text())
+    return str(template["Resources"]["APIHandler"]["Properties"]["Runtime"])
 
 
 def compile_package(out: Path) -> tuple[int, int]:
@@ -140,5 +149,8 @@ def _compile(source: Path) -> Path:
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         raise SystemExit("usage: python infra/compile_package.py OUT_DIR (holding deployment.zip and sam.json)")
+    runtime, running = template_runtime(Path(sys.argv[1])), f"python{sys.version_info.major}.{sys.version_info.minor}"
+    if runtime != running:
+        raise SystemExit(f"the package runs on {runtime}: compile its bytecode with that Python, not {running}")
     stale, added = compile_package(Path(sys.argv[1]))
     print(f"deployment.zip: {stale} stale __pycache__ entries dropped, bytecode added for {added} modules")

@@ -93,6 +93,12 @@ cd "$(dirname "$0")/.."
 usage="usage: infra/deploy.sh [--preview] STAGE S3_BUCKET [--tag Key=Value ...] [Parameter=value ...]
        infra/deploy.sh --rollback STAGE S3_BUCKET
        infra/deploy.sh --rollback-alias STAGE"
+valid_stage() {
+  if ! [[ $1 =~ ^[a-z][a-z0-9-]{0,20}$ ]] || [[ $1 == *- ]] || [[ $1 == *--* ]]; then
+    echo "a stage is lower-case letters, digits and single dashes, starting with a letter, at most 21: $1" >&2
+    exit 2
+  fi
+}
 mode=deploy
 case ${1:-} in
   --preview) mode=preview; shift ;;
@@ -100,13 +106,25 @@ case ${1:-} in
   --rollback-alias)
     # Seconds, no CloudFormation: every function's alias `live` back to the version before it.
     stage=${2:?$usage}
-    if ! [[ $stage =~ ^[a-z][a-z0-9-]{0,20}$ ]]; then echo "a stage is lower-case letters, digits and dashes: $stage" >&2; exit 2; fi
-    for function in $(aws cloudformation describe-stack-resources --stack-name "workset-$stage" \
-        --query "StackResources[?ResourceType=='AWS::Lambda::Function'].PhysicalResourceId" --output text); do
+    valid_stage "$stage"
+    # read first, not in the loop's word list: a failure there (no such stack) would end the loop
+    # with nothing done and the script would say it rolled back
+    if ! functions=$(aws cloudformation describe-stack-resources --stack-name "workset-$stage" \
+        --query "StackResources[?ResourceType=='AWS::Lambda::Function'].PhysicalResourceId" --output text) ||
+       [ -z "${functions//[[:space:]]/}" ] || [ "$functions" = None ]; then
+      echo "no functions found in the stack workset-$stage: is $stage the stage's name?" >&2; exit 1
+    fi
+    # every target found before any alias moves: stopping halfway would leave a mixed release
+    moves=()
+    for function in $functions; do
       current=$(aws lambda get-alias --function-name "$function" --name live --query FunctionVersion --output text)
       previous=$(aws lambda list-versions-by-function --function-name "$function" --query "Versions[].Version" \
-        --output text | tr '\t' '\n' | grep -E '^[0-9]+$' | awk -v c="$current" '$1 < c' | sort -n | tail -1)
-      if [ -z "$previous" ]; then echo "$function: no version before $current" >&2; exit 1; fi
+        --output text | tr '\t' '\n' | { grep -E '^[0-9]+$' || true; } | awk -v c="$current" '$1 < c' | sort -n | tail -1)
+      if [ -z "$previous" ]; then echo "$function: no version before $current; no alias moved" >&2; exit 1; fi
+      moves+=("$function $current $previous")
+    done
+    for move in "${moves[@]}"; do
+      read -r function current previous <<<"$move"
       aws lambda update-alias --function-name "$function" --name live --function-version "$previous" >/dev/null
       echo "$function: live $current -> $previous"
     done
@@ -116,10 +134,7 @@ esac
 stage=${1:?$usage}
 bucket=${2:?$usage}
 shift 2
-if ! [[ $stage =~ ^[a-z][a-z0-9-]{0,20}$ ]] || [[ $stage == *- ]] || [[ $stage == *--* ]]; then
-  echo "a stage is lower-case letters, digits and single dashes, starting with a letter, at most 21: $stage" >&2
-  exit 2
-fi
+valid_stage "$stage"
 tags=()
 overrides=()
 access_logs=On
@@ -137,6 +152,11 @@ while [ $# -gt 0 ]; do
   if [[ $1 == ApiAccessLogs=* ]]; then access_logs=${1#ApiAccessLogs=}; fi
   shift
 done
+if [ "$mode" = rollback ] && [ $((${#tags[@]} + ${#overrides[@]})) -gt 0 ]; then
+  # it deploys the old template with the stack's current parameters and tags: what is given here
+  # would be dropped without a word
+  echo "--rollback takes no parameter or tag (it keeps the stack's): ${tags[*]} ${overrides[*]}" >&2; exit 2
+fi
 stack=workset-$stage
 releases=s3://$bucket/$stack/releases
 
@@ -164,8 +184,17 @@ echo "deploying stage $stage as $stack to account $account in $AWS_DEFAULT_REGIO
 
 if [ "$mode" = rollback ]; then
   mapfile -t kept < <(aws s3 ls "$releases/" | awk '{print $4}' | grep '\.yaml$' | sort)
-  if [ ${#kept[@]} -lt 2 ]; then echo "no earlier release of $stack in $releases/" >&2; exit 1; fi
-  previous=${kept[${#kept[@]}-2]}
+  # Replayed oldest first as a stack: a release is pushed; a rollback's copy
+  # (<time>-rollback-to-<release>) pops back to the release it returned to. The top is what runs;
+  # the one under it is where this rollback goes, so a second rollback goes one further back,
+  # never forward again to the release just rolled back from.
+  previous=$(printf '%s\n' "${kept[@]}" | awk '
+    NF { n = split($0, parts, "-rollback-to-")
+         if (n == 1) { stack[++top] = $0; next }
+         while (top > 0 && stack[top] != parts[n]) top--
+         if (top == 0) stack[++top] = parts[n] }
+    END { if (top >= 2) print stack[top - 1] }')
+  if [ -z "$previous" ]; then echo "no earlier release of $stack in $releases/" >&2; exit 1; fi
   out=$(mktemp -d)
   trap 'rm -rf "$out"' EXIT
   aws s3 cp --quiet "$releases/$previous" "$out/packaged.yaml"
@@ -173,7 +202,7 @@ if [ "$mode" = rollback ]; then
   aws cloudformation deploy --template-file "$out/packaged.yaml" --stack-name "$stack" \
     --capabilities CAPABILITY_IAM CAPABILITY_AUTO_EXPAND --no-fail-on-empty-changeset \
     --parameter-overrides "Stage=$stage"
-  # the rolled-back release becomes the newest, so a second rollback goes one further back
+  # kept as the newest: the next rollback reads from it what now runs
   aws s3 cp --quiet "$out/packaged.yaml" "$releases/$(date -u +%Y%m%dT%H%M%SZ)-rollback-to-$previous"
   exit 0
 fi
@@ -229,8 +258,13 @@ deploy=(aws cloudformation deploy --template-file "$out/packaged.yaml" --stack-n
 if [ ${#tags[@]} -gt 0 ]; then deploy+=(--tags "${tags[@]}"); fi
 if [ "$mode" = preview ]; then
   "${deploy[@]}" --no-execute-changeset | tee "$out/change-set.txt"
-  change_set=$(aws cloudformation list-change-sets --stack-name "$stack" \
-    --query "reverse(sort_by(Summaries, &CreationTime))[0].ChangeSetId" --output text)
+  # the change set this deploy made, as the CLI names it: the stack's newest may be another
+  # preview's, or (nothing to change) the empty one CloudFormation keeps as failed
+  change_set=$(grep -Eo 'arn:aws[a-z-]*:cloudformation:[^ ]+:changeSet/[^ ]+' "$out/change-set.txt" | tail -1 || true)
+  if [ -z "$change_set" ]; then
+    echo "no change set to apply: $stack already runs this release with these parameters and tags"
+    exit 0
+  fi
   aws cloudformation describe-change-set --change-set-name "$change_set" \
     --query "Changes[].ResourceChange.{action:Action,resource:LogicalResourceId,type:ResourceType,replace:Replacement}" \
     --output table

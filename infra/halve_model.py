@@ -3,7 +3,7 @@
 
 infra/build.sh runs this on the vendored copy: the F32 model.safetensors (87 MB) is most of the
 package's weight against Lambda's 250 MB limit. Every F32 tensor becomes F16, rounded as numpy's
-astype rounds (to nearest, ties to even), which is exactly how chalicelib/embedder.py rounds an
+astype rounds (to nearest, ties to even), which is exactly how chalicelib/search/embedder.py rounds an
 F32 file at load: local runs and Lambda compute the same vectors. Other tensors (the int64
 position ids), the metadata and the zip's other members are kept as they are. A file with no F32
 tensor is left untouched, so running it twice is harmless. Needs only numpy.

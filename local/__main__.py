@@ -52,7 +52,7 @@ def main() -> NoReturn:
 def _run(args: argparse.Namespace, life: Lifecycle) -> None:
     """Start everything, then serve until a stop signal (or the emulator's end) ends the process."""
     data_dir = Path(args.data).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    environment.private_folder(data_dir)
     life.hold(data_dir)
     environment.prepare()
     server = _listen(args.host, args.port)  # before the emulator: a taken port starts nothing
@@ -69,8 +69,8 @@ def _run(args: argparse.Namespace, life: Lifecycle) -> None:
     from chalice.local import LocalChalice
 
     from app import app
-    from chalicelib import accounts
-    from chalicelib.clock import utcnow
+    from chalicelib.base.clock import utcnow
+    from chalicelib.identity import accounts
     from chalicelib.store import tables, vault
     from local import demo, workers
     from local.http import Handler
@@ -110,7 +110,7 @@ def _run(args: argparse.Namespace, life: Lifecycle) -> None:
     base = f"http://{args.host}:{port}"
     if not os.environ.get("WORKSET_PUBLIC_URL"):  # links in answers (approval_url, MCP URL) use the real port
         os.environ["WORKSET_PUBLIC_URL"] = base
-        from chalicelib import config
+        from chalicelib.base import config
 
         config.settings.cache_clear()
     print(ready_block(base, token, data_dir, emulator=emulator, seconds=progress.done()), flush=True)
@@ -181,7 +181,7 @@ def _arguments() -> argparse.Namespace:
 def _announce_listens() -> None:
     """Print `LISTENING <agent id>` as each listen starts to hold: the working set it compares
     against has been read, so a change made after the line is one the listen reports."""
-    from chalicelib import workingset
+    from chalicelib.agents import workingset
     from chalicelib.store.records import AgentState
 
     hold = workingset.wait_for_change
@@ -201,18 +201,16 @@ def _admin_token(data_dir: Path) -> str:
     if saved.exists():
         return saved.read_text().strip()
     token = f"wsa_{secrets.token_urlsafe(32)}"
-    written = saved.with_suffix(".tmp")  # whole or not at all: a stop may come at any moment
-    written.write_text(token)
-    written.chmod(0o600)
-    os.replace(written, saved)
+    environment.write_private(saved, token)
     return token
 
 
 def _seed_demo(account_id: str, vendor_url: str) -> None:
-    from chalicelib import definitions, imports, toolbox
-    from chalicelib.clock import utcnow
-    from chalicelib.config import settings
+    from chalicelib.base.clock import utcnow
+    from chalicelib.base.config import settings
+    from chalicelib.catalog import imports, toolbox
     from chalicelib.store import queues
+    from chalicelib.tools import definitions
     from local.demo import DEMO_API_VENDOR, demo_import, demo_tools
 
     if toolbox.page(account_id, limit=1, cursor=None).items:

@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from local.environment import private_folder
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 LOCK_FILE = "emulator.lock"
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
@@ -36,7 +38,7 @@ STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 def main() -> None:
     data_dir = Path(sys.argv[1]).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_folder(data_dir)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # the local stack's mask is inherited across exec
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # while unblocked, SIGINT ends it as SIGTERM does (no traceback)
     _die_with_parent(int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid())

@@ -90,9 +90,14 @@ def demo_import(base_url: str) -> dict[str, Any]:
     return {"vendor": DEMO_API_VENDOR, "document": document, "server": f"{base_url}{DEMO_API_PREFIX}"}
 
 
+MAX_BODY = 1 << 20  # what the demo vendor reads of a request's body
+
+
 class DemoVendor(BaseHTTPRequestHandler):
     """Answers the demo tools' requests from fixed data, and every imported operation with a
     placeholder that says what was asked."""
+
+    timeout = 30  # seconds a connection may stall (a body promised and not sent) before it is dropped
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
@@ -114,8 +119,15 @@ class DemoVendor(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if urlsplit(self.path).path.startswith(f"{DEMO_API_PREFIX}/"):
             return self._imported()
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length) or b"{}")
+        received = self._body()
+        if received is None:
+            return None
+        try:
+            body = json.loads(received or b"{}")
+        except ValueError:
+            return self._send(400, {"error": "the body is not JSON"})
+        if not isinstance(body, dict):
+            return self._send(400, {"error": "the body is not a JSON object"})
         if urlsplit(self.path).path == "/unleashed/sales-orders":
             return self._send(201, {"id": f"SO-{1000 + len(ORDERS) + 1}", **body, "status": "open"})
         return self._send(404, {"error": "not found"})
@@ -134,12 +146,23 @@ class DemoVendor(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         if not parts.path.startswith(f"{DEMO_API_PREFIX}/"):
             return self._send(404, {"error": "not found"})
-        length = min(int(self.headers.get("Content-Length") or 0), 1 << 20)
-        received = self.rfile.read(length) if length else b""
+        received = self._body()
+        if received is None:
+            return None
         return self._send(200, {"demo": True, "method": self.command, "path": parts.path.removeprefix(DEMO_API_PREFIX),
                                 "query": {key: values[0] for key, values in parse_qs(parts.query).items()},
                                 "body_bytes": len(received),
                                 "note": "the demo vendor answers every imported operation with this placeholder"})
+
+    def _body(self) -> bytes | None:
+        """The request's body; None once a 400 has answered a Content-Length that is no count of
+        at most MAX_BODY bytes (read as given, a negative one waits for the connection to end)."""
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        if not (declared.isascii() and declared.isdigit() and len(declared) <= 12) or int(declared) > MAX_BODY:
+            self.close_connection = True
+            self._send(400, {"error": f"Content-Length must be a count of at most {MAX_BODY} bytes"})
+            return None
+        return self.rfile.read(int(declared)) if int(declared) else b""
 
     def _send(self, status: int, payload: Any) -> None:
         data = json.dumps(payload).encode()

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from chalice.local import ChaliceRequestHandler, ThreadedHTTPServer
 
-from chalicelib.config import body_limit
+from chalicelib.base.config import body_limit
 
 
 class Server(ThreadedHTTPServer):

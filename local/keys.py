@@ -5,8 +5,9 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import os
 from pathlib import Path
+
+from local.environment import write_private
 
 
 class KmsKeys:
@@ -35,7 +36,4 @@ class KmsKeys:
     def save(self) -> None:
         """Write every key's material (the local stack's own, never a real AWS secret)."""
         keys = {key_id: base64.b64encode(key.key_material).decode() for key_id, key in self.backend.keys.items()}
-        temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(keys))
-        temporary.chmod(0o600)
-        os.replace(temporary, self.path)
+        write_private(self.path, json.dumps(keys))

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -23,6 +25,7 @@ class RunningStack:
     token: str
     process: subprocess.Popen
     data_dir: Path | None = None
+    log: Path | None = None  # every line it prints (JSON log lines too) is appended there when set
     output: list[str] = field(default_factory=list)  # the plain lines printed since READY
     printed: threading.Condition = field(default_factory=threading.Condition)
     closed: threading.Event = field(default_factory=threading.Event)  # its output ended (the process did)
@@ -35,13 +38,17 @@ class RunningStack:
 
     def _read(self, pipe: IO[str]) -> None:
         """Keep the pipe drained, and its plain lines at hand for `wait_for` (not the JSON log
-        lines: a long benchmark writes one per request)."""
-        for line in pipe:
-            if line.startswith("{"):
-                continue
-            with self.printed:
-                self.output.append(line.rstrip("\n"))
-                self.printed.notify_all()
+        lines: a long benchmark writes one per request); every line, those too, goes to `log`."""
+        with _appending(self.log) as kept:
+            for line in pipe:
+                if kept is not None:
+                    kept.write(line)
+                    kept.flush()  # a failing test reads it while the stack still runs
+                if line.startswith("{"):
+                    continue
+                with self.printed:
+                    self.output.append(line.rstrip("\n"))
+                    self.printed.notify_all()
         self.closed.set()
 
     def emulator_pid(self) -> int:
@@ -57,6 +64,17 @@ class RunningStack:
             self.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+
+@contextmanager
+def _appending(path: Path | None) -> Iterator[IO[str] | None]:
+    """`path` opened for appending (its folder made), or None when there is no path."""
+    if path is None:
+        yield None
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8", errors="replace") as handle:
+        yield handle
 
 
 def children(pid: int) -> list[int]:
@@ -103,10 +121,11 @@ def environment(token: str, env: dict[str, str] | None = None) -> dict[str, str]
 
 
 def start(data_dir: Path, token: str, env: dict[str, str] | None = None, *args: str,
-          new_session: bool = False) -> RunningStack:
+          new_session: bool = False, log: Path | None = None) -> RunningStack:
     """Start the stack on a free port with `token` as its admin token; wait until it is READY.
     `new_session`: it leads a process group of its own, as a shell's job does (a signal to the
-    group reaches the stack and not its starter)."""
+    group reaches the stack and not its starter). `log`: a file that keeps all it prints (the
+    app's log lines, a traceback), from its first line on."""
     process = subprocess.Popen(command(data_dir, "--port", "0", "--no-demo", *args), cwd=ROOT,
                                env=environment(token, env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=new_session)
@@ -119,8 +138,15 @@ def start(data_dir: Path, token: str, env: dict[str, str] | None = None, *args: 
             break
         seen.append(line)
         if line.startswith("READY "):
-            running = RunningStack(url=line.split()[1], token=token, process=process, data_dir=data_dir)
+            if log is not None:
+                with _appending(log) as kept:
+                    assert kept is not None
+                    kept.writelines(seen)
+            running = RunningStack(url=line.split()[1], token=token, process=process, data_dir=data_dir, log=log)
             threading.Thread(target=running._read, args=(process.stdout,), daemon=True).start()
             return running
     process.kill()
+    with _appending(log) as kept:
+        if kept is not None:
+            kept.writelines(seen)
     raise RuntimeError("the local stack did not start:\n" + "".join(seen))

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from chalicelib import notify, sweep
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
+from chalicelib.agents import sweep
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
+from chalicelib.net import notify
 from chalicelib.store import queues
 
 Batch = Callable[[list[queues.Message]], list[str]]

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from chalice.test import Client
 
-from chalicelib import notify
-from chalicelib.clock import iso, parse_iso
-from chalicelib.config import settings
+from chalicelib.base.clock import iso, parse_iso
+from chalicelib.base.config import settings
+from chalicelib.net import notify
 from chalicelib.store import agents as agent_store
 from chalicelib.store import base, queues
 from chalicelib.store.records import AgentState

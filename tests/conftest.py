@@ -36,7 +36,8 @@ from moto import mock_aws
 from moto.core.config import DefaultConfig, default_user_config
 
 from app import app
-from chalicelib import config, indexes
+from chalicelib.base import config
+from chalicelib.catalog import indexes
 from chalicelib.store import queues, vault
 from chalicelib.store.tables import create_all
 from local import emulator
@@ -155,7 +156,7 @@ def aws() -> Iterator[None]:
 @pytest.fixture
 def logged(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
     """The structured lines of the events logger (it does not propagate to the root)."""
-    from chalicelib import log
+    from chalicelib.base import log
 
     logger = logging.getLogger(log.LOGGER)
     logger.addHandler(caplog.handler)
@@ -166,7 +167,7 @@ def logged(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixtur
 
 def log_lines(caplog: pytest.LogCaptureFixture, kind: str | None = None) -> list[dict[str, Any]]:
     """The JSON lines the events logger wrote, optionally only those of one `kind`."""
-    from chalicelib import log
+    from chalicelib.base import log
 
     found = [json.loads(record.getMessage()) for record in caplog.records if record.name == log.LOGGER]
     return [line for line in found if kind is None or line["kind"] == kind]
@@ -239,8 +240,8 @@ def tool_spec(**overrides: Any) -> dict[str, Any]:
 @pytest.fixture
 def admin(client: Client) -> Admin:
     """A fresh account and its admin token."""
-    from chalicelib import accounts
-    from chalicelib.clock import utcnow
+    from chalicelib.base.clock import utcnow
+    from chalicelib.identity import accounts
 
     _, token = accounts.create_account("acme", utcnow())
     return Admin(client, token)
@@ -249,8 +250,8 @@ def admin(client: Client) -> Admin:
 @pytest.fixture
 def other_admin(client: Client) -> Admin:
     """A second account, to show that nothing crosses accounts."""
-    from chalicelib import accounts
-    from chalicelib.clock import utcnow
+    from chalicelib.base.clock import utcnow
+    from chalicelib.identity import accounts
 
     _, token = accounts.create_account("globex", utcnow())
     return Admin(client, token)

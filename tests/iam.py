@@ -23,7 +23,7 @@ import boto3
 import botocore.client
 import pytest
 
-from chalicelib import config as app_config
+from chalicelib.base import config as app_config
 from tests.infra import ARN_ACCOUNT, ARN_REGION, KEY_ARN, AwsCall, key_alias, queue_arn, table_prefix
 
 

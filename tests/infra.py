@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,9 @@ import boto3
 import pytest
 from chalice.config import Config
 from chalice.utils import to_cfn_resource_name
+from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag
 
-from chalicelib import config as app_config
+from chalicelib.base import config as app_config
 from chalicelib.store import queues
 from chalicelib.store.models import TABLES
 from tests.isolation import one_at_a_time
@@ -456,14 +458,15 @@ def skip_if_offline(output: str) -> None:
 @pytest.fixture(scope="module", name="packaged")
 def packaged_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """`chalice package --merge-template infra/resources.json --stage dev` into a temporary
-    folder (dependency builds are cached in .chalice/deployments, which git ignores)."""
+    folder, for the Lambda runtime as infra/build.sh runs it (infra/lambda_runtime.py; dependency
+    builds are cached in .chalice/deployments, which git ignores)."""
     out = tmp_path_factory.mktemp("package")
     environment = outside_environment()
     environment.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     with one_at_a_time("packaging"):  # never beside infra/build.sh's vendor/ (tests/isolation.py)
         result = subprocess.run(
-            [console_script("chalice"), "package", "--merge-template", str(RESOURCES.relative_to(ROOT)), "--stage",
-             "dev", str(out)],
+            [sys.executable, str(ROOT / "infra" / "lambda_runtime.py"), "package", "--merge-template",
+             str(RESOURCES.relative_to(ROOT)), "--stage", "dev", str(out)],
             cwd=ROOT, env=environment, capture_output=True, text=True, timeout=900, check=False,
         )
     output = result.stdout + result.stderr
@@ -480,3 +483,34 @@ def packaged_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]
 def normal_name(name: str) -> str:
     """A distribution's name as its metadata and its .dist-info folder compare."""
     return re.sub(r"[-_.]+", "_", name).lower()
+
+
+# ---------------------------------------------------------------------------------------------
+# Wheels and the Lambda runtime
+
+
+def runtime_tags(runtime: str, architecture: str) -> set[Tag]:
+    """Every wheel tag that runs on a Lambda runtime (python3.X) and architecture: CPython 3.X's
+    own ABI, abi3 of 3.X and older, pure Python; manylinux up to the runtime's glibc on its machine
+    (infra/lambda_runtime.py's GLIBC and MACHINE), the legacy manylinux names included."""
+    from infra import lambda_runtime
+
+    major, minor = (int(part) for part in lambda_runtime.version(runtime).split("."))
+    glibc_major, glibc_minor = lambda_runtime.GLIBC[runtime]
+    machine = lambda_runtime.MACHINE[architecture]
+    platforms = [f"manylinux_{glibc_major}_{m}_{machine}" for m in range(5, glibc_minor + 1)]
+    platforms += [f"manylinux{legacy}_{machine}" for legacy in ("1", "2010", "2014")]
+    platforms += ["linux_" + machine]  # never a wheel's tag on PyPI, but what a local build would say
+    return set(cpython_tags((major, minor), platforms=platforms)) | set(compatible_tags((major, minor), platforms=platforms))
+
+
+def wheel_tags(names: list[str], read: Callable[[str], bytes]) -> dict[str, set[Tag]]:
+    """Each installed distribution's wheel tags (its .dist-info/WHEEL `Tag:` lines), given the
+    names of the files of an install (a zip's entries) and a way to read one."""
+    tags: dict[str, set[Tag]] = {}
+    for name in names:
+        parts = name.split("/")
+        if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "WHEEL":
+            lines = read(name).decode().splitlines()
+            tags[parts[0]] = {tag for line in lines if line.startswith("Tag:") for tag in parse_tag(line[4:].strip())}
+    return tags

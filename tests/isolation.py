@@ -12,6 +12,7 @@ Kept apart by the process or by the operating system, with nothing to do here:
   once for the module, since the module never leaves its worker; the session-wide ones
   (tests/e2e's `stack`, `everything_url`) once in each worker that uses them.
 - test-artifacts/console/: only tests/e2e/test_console_browser.py writes it.
+- test-artifacts/e2e/: each local stack's output goes to a file of its own (a random name).
 
 Shared, so taken one at a time (`one_at_a_time`): what writes into the checkout while it runs.
 infra/build.sh fills `vendor/` at the root, which any `chalice package` started meanwhile would

@@ -21,7 +21,7 @@ import boto3
 import pytest
 
 import chalicelib.store
-from chalicelib import config as app_config
+from chalicelib.base import config as app_config
 from chalicelib.store import queues
 from tests.iam import Call, dynamodb_calls, kms_call, sqs_call, unrecorded
 from tests.infra import QUEUES, AwsCall
@@ -32,8 +32,8 @@ def exercise_store() -> set[str]:
     from dataclasses import replace
     from datetime import timedelta
 
-    from chalicelib.clock import utcnow
-    from chalicelib.outcomes import RunStatus
+    from chalicelib.base.clock import utcnow
+    from chalicelib.base.outcomes import RunStatus
     from chalicelib.store import (
         accounts,
         agents,

@@ -202,3 +202,13 @@ def test_the_policy_costs_a_write_call_one_batch_read_and_a_read_call_nothing(ad
         mcp.call("run_tool", {**CREATE, "input": {"customer": "a"}})
     assert "BatchGetItem" not in read_call
     assert write_call.count("BatchGetItem") == 1, write_call
+
+
+def test_a_vendors_default_is_named_alike_in_the_settings_and_their_history(admin: Admin, tools: None) -> None:
+    # GIVEN a person's default for a vendor's writes
+    _policy(admin, "/v1/vendors/unleashed", "every_call")
+    # THEN the settings and the history name it the same way: a null name (no tool), never a stored marker
+    [setting] = admin.call("GET", "/v1/approval-policies").json_body["items"]
+    [event] = admin.call("GET", "/v1/approval-policies/history").json_body["items"]
+    assert (setting["vendor"], setting["name"]) == (event["vendor"], event["name"]) == ("unleashed", None)
+    assert event["cause"] == "every_call"

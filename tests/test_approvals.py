@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from chalicelib import accounts, runs
-from chalicelib.clock import SKEW_ALLOWANCE, utcnow
+from chalicelib.base.clock import SKEW_ALLOWANCE, utcnow
+from chalicelib.calls import runs
+from chalicelib.identity import accounts
 from chalicelib.store import agents as agent_store
 from tests.conftest import Admin, Mcp, Vendor
 
@@ -156,7 +157,7 @@ def test_a_run_that_never_ends_is_out_of_flight_once_its_lease_expires(admin: Ad
     def dies(*args: Any, **kwargs: Any) -> None:
         raise SystemExit("the Lambda died mid-run")
 
-    monkeypatch.setattr("chalicelib.vendor.perform", dies)
+    monkeypatch.setattr("chalicelib.calls.vendor.perform", dies)
     with pytest.raises(SystemExit):
         mcp.call("run_tool", {"vendor": "unleashed", "name": "list-sales-orders", "input": {"customer": "a"}})
     state = agent_store.load_state(_agent_id(admin))

@@ -17,8 +17,14 @@ from typing import Any
 
 import pytest
 
+from chalicelib.agents import workingset
+from chalicelib.base.clock import utcnow
+from chalicelib.base.errors import ListenLimit, StoreUnavailable
+from chalicelib.mcp import approvals
 from chalicelib.mcp.approvals import INPUT_KEY
+from chalicelib.store import agents
 from tests.conftest import Admin, Mcp, Vendor
+from tests.upstream_servers import forecast_server, sdk_server
 
 ORDER = {"vendor": "unleashed", "name": "create-order"}
 NAME = "unleashed__create-order"
@@ -262,3 +268,130 @@ def test_a_legacy_client_without_the_session_keeps_todays_answer_exactly(admin: 
     assert set(result) == {"content", "structuredContent", "isError", "_meta"} or set(result) == {
         "content", "structuredContent", "isError"}
     assert result["structuredContent"]["status"] == "awaiting_approval"
+
+
+# -- holds are bounded ---------------------------------------------------------------------------
+
+class _Clock:
+    """approvals' `time`, faked: a hold's sleeps are recorded and advance the clock at once."""
+
+    def __init__(self) -> None:
+        self.at = 0.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.at
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.at += seconds
+
+    def time(self) -> float:
+        return time.time()
+
+
+@pytest.fixture
+def one_held_request(settings_env: Any, monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    """An account that may hold one approval hold (and one listen) at once, and a hold of 10 s,
+    on a fake clock."""
+    settings_env(WORKSET_MAX_LISTENS_PER_ACCOUNT="1", WORKSET_APPROVAL_HOLD_SECONDS="10")
+    clock = _Clock()
+    monkeypatch.setattr(approvals, "time", clock)
+    return clock
+
+
+def _slot_taken(agent: dict[str, Any]) -> Any:
+    state = agents.load_state(agent["id"])
+    assert state is not None
+    return workingset.listen_slot(state, utcnow(), hold_seconds=30, pool=workingset.APPROVAL_HOLDS)
+
+
+def _slots_free(agent: dict[str, Any]) -> bool:
+    try:
+        with _slot_taken(agent):
+            return True
+    except ListenLimit:
+        return False
+
+
+def test_a_2025_call_holds_only_when_the_account_has_a_slot_free(admin: Admin, mcp: Mcp, agent: dict[str, Any],
+                                                                 write_tool: None, one_held_request: _Clock) -> None:
+    # each held call keeps one Lambda execution busy, as a held listen does: an account holds a
+    # bounded number at once, whatever its agents send
+    session = _initialize(mcp, URL_MODE).headers["Mcp-Session-Id"]
+    # GIVEN the account's one slot held by another request
+    with _slot_taken(agent):
+        # WHEN a call that waits on a person comes
+        answer = _legacy_call(mcp, session)
+        # THEN it is answered at once (the elicitation, then today's awaiting result): nothing held
+        assert [n["method"] for n in answer.notifications if n["method"] != "notifications/tools/list_changed"] == [
+            "elicitation/create"]
+        assert answer.json_body["result"]["structuredContent"]["status"] == "awaiting_approval"
+        assert one_held_request.slept == []
+    # AND with the slot free the next call holds, and gives the slot back when its hold ends
+    _legacy_call(mcp, session)
+    assert one_held_request.slept and sum(one_held_request.slept) >= 10
+    assert _slots_free(agent)
+
+
+def test_a_2026_retry_holds_only_when_the_account_has_a_slot_free(admin: Admin, modern: Mcp, agent: dict[str, Any],
+                                                                  vendor: Vendor, one_held_request: _Clock) -> None:
+    state = _first(modern)["requestState"]
+    with _slot_taken(agent):
+        result = _retry(modern, state).json_body["result"]
+        assert result["structuredContent"]["status"] == "awaiting_approval"
+        assert one_held_request.slept == []
+    assert _retry(modern, state).json_body["result"]["structuredContent"]["status"] == "awaiting_approval"
+    assert one_held_request.slept and _slots_free(agent)
+    assert len(_pending(admin)) == 1 and vendor.received == []
+
+
+# -- an MCP server's tool -----------------------------------------------------------------------
+
+def test_the_retry_answers_an_mcp_servers_tool_result_as_the_call_itself_does(admin: Admin, modern: Mcp) -> None:
+    # GIVEN a write tool of a registered MCP server, called by a client that takes URL mode
+    with sdk_server(forecast_server()) as url:
+        assert admin.call("POST", "/v1/upstreams", {"vendor": "weather", "url": url}).status_code == 201
+        modern.call("promote", {"vendor": "weather", "name": "create-note"})
+        note = {"name": "weather__create-note", "arguments": {"title": "t", "body": "b"}}
+        first = modern.post("tools/call", note).json_body["result"]
+        admin.call("POST", f"/v1/approvals/{_pending(admin)[0]['id']}/approve")
+        # WHEN the client retries once the person approved
+        retried = modern.post("tools/call", {**note, "requestState": first["requestState"],
+                                             "inputResponses": {INPUT_KEY: {"action": "accept"}}}).json_body["result"]
+        # THEN it gets the server's own result, as a call that needs no person gets it
+        direct = modern.post("tools/call", note).json_body["result"]
+    assert direct["isError"] is False and direct["content"][0]["text"].startswith("created note")
+    assert {key: retried[key] for key in ("content", "isError")} == {key: direct[key] for key in ("content", "isError")}
+    assert retried.get("structuredContent") == direct.get("structuredContent")
+
+
+def test_held_listens_do_not_starve_approval_holds(admin: Admin, modern: Mcp, agent: dict[str, Any],
+                                                   vendor: Vendor, one_held_request: _Clock) -> None:
+    # GIVEN the account's listens all held (a modern client listens all the time)
+    state = _first(modern)["requestState"]
+    listening = agents.load_state(agent["id"])
+    assert listening is not None
+    with workingset.listen_slot(listening, utcnow(), hold_seconds=30):
+        # WHEN a retry asks to wait for the person
+        _retry(modern, state)
+    # THEN it holds all the same: approval holds have slots of their own
+    assert one_held_request.slept
+
+
+def test_a_store_fault_on_the_retry_is_not_taken_for_a_bad_state(admin: Admin, modern: Mcp,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a waiting call's state, and a store that fails when the retry reads the run
+    state = _first(modern)["requestState"]
+
+    def failing(*args: Any) -> Any:
+        raise StoreUnavailable("DynamoDB is failing")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(approvals.runs, "get_for_agent", failing)
+        # WHEN the client retries
+        answer = _retry(modern, state)
+    # THEN it is not told its state is invalid (which would make it give the call up): the fault is ours
+    assert answer.json_body["error"]["code"] != -32602, answer.json_body
+    assert "requestState" not in answer.json_body["error"]["message"]
+    assert len(_pending(admin)) == 1

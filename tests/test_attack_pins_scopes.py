@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from chalice.test import Client
 
-from chalicelib import connections, mcpclient, workingset
-from chalicelib.causes import Cause
-from chalicelib.clock import utcnow
-from chalicelib.errors import PinLimit
+from chalicelib.access import connections
+from chalicelib.agents import workingset
+from chalicelib.base.causes import Cause
+from chalicelib.base.clock import utcnow
+from chalicelib.base.errors import PinLimit
+from chalicelib.net import mcpclient
 from chalicelib.store import tools as tool_store
 from chalicelib.store.models import AGENT_SK, AgentSettingsItem
 from tests.books import agent_state, sweep_at

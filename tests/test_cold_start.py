@@ -18,7 +18,7 @@ import pytest
 from mcp_types import jsonrpc, version
 
 from bench.cold_start import HEAVY, SMALL_TOOLBOX, run_cold_instance
-from chalicelib.mcp import protocol
+from chalicelib.net import protocol
 
 PLAIN_REQUESTS = ["tools/list", "promote", "promoted call", "demote"]
 
@@ -82,7 +82,7 @@ def test_the_watch_covers_every_heavy_package(cold: dict[str, dict[str, Any]]) -
     (protocol.SERVER_INFO_META, mcp_types.SERVER_INFO_META_KEY),
 ])
 def test_protocol_constants_equal_mcp_types(ours: Any, theirs: Any) -> None:
-    # chalicelib/mcp/protocol.py writes them out so the endpoint need not import mcp_types
+    # chalicelib/net/protocol.py writes them out so the endpoint need not import mcp_types
     assert ours == theirs
 
 

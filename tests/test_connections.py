@@ -155,6 +155,6 @@ def test_another_accounts_connection_is_not_found(admin: Admin, other_admin: Adm
 
 
 def _account(admin: Admin) -> str:
-    from chalicelib import accounts
+    from chalicelib.identity import accounts
 
     return accounts.authenticate_admin(admin.token)

@@ -12,8 +12,8 @@ from urllib.parse import urlencode
 import pytest
 from chalice.test import Client
 
-from chalicelib import sessions
-from chalicelib.clock import iso, utcnow
+from chalicelib.base.clock import iso, utcnow
+from chalicelib.identity import sessions
 from tests.conftest import FORM, Admin, Console, Mcp, Vendor
 from tests.test_approvals import ORDER, write_tool  # noqa: F401 - the write tool fixture, shared
 

@@ -13,8 +13,8 @@ import pytest
 from chalice.test import Client
 from markupsafe import escape
 
-from chalicelib import mcpclient
-from chalicelib.config import IMPORT_BODY_BYTES
+from chalicelib.base.config import IMPORT_BODY_BYTES
+from chalicelib.net import mcpclient
 from tests.conftest import Admin
 from tests.test_console import Console, rows, text
 from tests.upstream_servers import sdk_server, sdk_url_fixture  # noqa: F401 - the sdk_url fixture

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from chalicelib import accounts, workingset
-from chalicelib.causes import Cause, PromotedBy
-from chalicelib.clock import utcnow
+from chalicelib.agents import workingset
+from chalicelib.base.causes import Cause, PromotedBy
+from chalicelib.base.clock import utcnow
 from chalicelib.console import activity, charts
+from chalicelib.identity import accounts
 from tests.conftest import Admin, Console, Mcp, Vendor
 from tests.iam import record_aws_fixture  # noqa: F401 - fixture `record_aws`: every AWS call a test makes
 from tests.infra import AwsCall

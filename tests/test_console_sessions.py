@@ -16,8 +16,8 @@ import pytest
 from chalice.test import Client
 
 from bench.dynamo_calls import DynamoCalls
-from chalicelib import accounts, sessions
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
+from chalicelib.identity import accounts, sessions
 from chalicelib.store.models import AccountItem, ConsoleSessionItem
 from tests.conftest import Admin
 from tests.test_console import Console, text

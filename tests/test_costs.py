@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from bench.dynamo_calls import DynamoCalls
-from chalicelib import indexes
+from chalicelib.catalog import indexes
 from tests.conftest import Admin, Mcp, Vendor
 
 
@@ -29,7 +29,7 @@ CASES: list[tuple[str, int, Callable[[Mcp], object]]] = [
     # A call is a durable run: one write starts it (lease + use), one ends it (result, lease freed).
     ("call", 4, lambda mcp: mcp.call("unleashed__tool-0", {"customer": "acme"})),
     # issue 25: one PutItem remembers what the search answered, so that a promote, run_tool or call
-    # that follows credits the request (chalicelib/usage.py); what was learned is read with the
+    # that follows credits the request (chalicelib/catalog/usage.py); what was learned is read with the
     # toolbox revision's GetItem, and reread only when it changed
     ("find_tool warm", 4, lambda mcp: mcp.call("find_tool", {"query": "sales orders"})),
 ]

@@ -13,8 +13,9 @@ import pytest
 from markupsafe import escape
 
 from bench.dynamo_calls import DynamoCalls
-from chalicelib import accounts, run_ends, runs
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
+from chalicelib.calls import run_ends, runs
+from chalicelib.identity import accounts
 from tests.conftest import Admin, Console, Mcp, Vendor
 from tests.faults import ALWAYS, Faults
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from chalicelib import definitions, imports, toolbox
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
+from chalicelib.catalog import imports, toolbox
+from chalicelib.tools import definitions
 from local import demo
 from tests.conftest import Admin
 
@@ -30,7 +31,7 @@ def vendor() -> Iterator[ThreadingHTTPServer]:
 
 
 def _account(admin: Admin) -> str:
-    from chalicelib import accounts
+    from chalicelib.identity import accounts
 
     found = accounts.account_of_admin_token(admin.token)
     assert found is not None
@@ -120,3 +121,18 @@ def _all_heads(account_id: str) -> list[Any]:
         cursor = page.next
 
 
+
+
+@pytest.mark.parametrize("length", ["-1", "lots", "99999999999", "9" * 5000])
+def test_the_demo_vendor_answers_a_bad_content_length_at_once(vendor: ThreadingHTTPServer, length: str) -> None:
+    # GIVEN a request to an imported operation whose Content-Length is negative, no number, or far
+    # more than is sent (the connection stays open, as a client's keep-alive does)
+    import socket
+
+    with socket.create_connection(("127.0.0.1", vendor.server_address[1]), timeout=5) as connection:
+        connection.sendall(f"POST {demo.DEMO_API_PREFIX}/v2/payments HTTP/1.1\r\nHost: x\r\n"
+                           f"Content-Length: {length}\r\n\r\n{{}}".encode())
+        # WHEN it reads the answer THEN one comes (no thread waits forever for bytes never sent)
+        connection.settimeout(5)
+        answer = connection.recv(4096)
+    assert answer.startswith(b"HTTP/1.") and b" 400 " in answer.split(b"\r\n", 1)[0]

@@ -4,7 +4,7 @@ something is wrong.
 
 - The stage's parameters in SSM: the public URL, which the stack writes to
   /workset/<stage>/public-url (the API's own URL, or https://<PublicDomain>), and the console
-  secret, a SecureString infra/deploy.sh makes. chalicelib/config.py reads each once, at its
+  secret, a SecureString infra/deploy.sh makes. chalicelib/base/config.py reads each once, at its
   first use, where the environment does not set it. The role reads exactly those two, and may
   decrypt only the secret, only through SSM.
 - No dependency cycle in the packaged template (cfn-lint does not look for one): a function that
@@ -28,8 +28,8 @@ import pytest
 from chalice.test import Client
 
 from bench.dynamo_calls import DynamoCalls
-from chalicelib import config as app_config
-from chalicelib import workingset
+from chalicelib.agents import workingset
+from chalicelib.base import config as app_config
 from chalicelib.store import outbox
 from tests.conftest import Admin, Mcp
 from tests.iam import (
@@ -123,7 +123,7 @@ def test_a_deployed_stage_reads_its_url_and_secret_once_each_when_the_console_fi
 
 
 def test_approval_urls_are_the_parameter_url(deployed: Callable[..., None]) -> None:
-    from chalicelib import runs
+    from chalicelib.calls import runs
 
     deployed(url=API_URL + "/")
     assert runs.approval_url("r1") == f"{API_URL}/console/approvals/r1"

@@ -1,4 +1,4 @@
-"""Unit tests for chalicelib.embedder: all-MiniLM-L6-v2 run in numpy."""
+"""Unit tests for chalicelib.search.embedder: all-MiniLM-L6-v2 run in numpy."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chalicelib import embedder
+from chalicelib.search import embedder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,7 +133,7 @@ def test_model_is_loaded_once_per_process() -> None:
 
 def test_model_is_read_without_importing_its_package() -> None:
     # GIVEN a fresh interpreter (the package prints on import, and pulls nothing we need)
-    code = ("import sys, chalicelib.embedder as e; before = 'tokenizers' in sys.modules; e.embed(['hi']); "
+    code = ("import sys, chalicelib.search.embedder as e; before = 'tokenizers' in sys.modules; e.embed(['hi']); "
             "print(before, 'all_minilm_l6_v2' in sys.modules, 'torch' in sys.modules)")
     # WHEN the module is imported and then used
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

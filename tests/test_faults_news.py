@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from chalicelib import notify
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
+from chalicelib.net import notify
 from chalicelib.store import outbox, queues
 from tests.books import (
     FIRST_CLASS,

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from chalice.test import Client
 
-from chalicelib import sweep
-from chalicelib.clock import SKEW_ALLOWANCE, utcnow
-from chalicelib.config import settings
-from chalicelib.errors import Busy
+from chalicelib.agents import sweep
+from chalicelib.base.clock import SKEW_ALLOWANCE, utcnow
+from chalicelib.base.config import settings
+from chalicelib.base.errors import Busy
 from tests.books import (
     ANSWER,
     FIRST_CLASS,
@@ -297,7 +297,7 @@ def _abandon_a_run(admin: Admin, vendor: Vendor, monkeypatch: pytest.MonkeyPatch
         raise SystemExit("the Lambda died mid-run")
 
     with monkeypatch.context() as patch:
-        patch.setattr("chalicelib.vendor.perform", dies)
+        patch.setattr("chalicelib.calls.vendor.perform", dies)
         with pytest.raises(SystemExit):
             Mcp(admin.client, created["api_key"]).call("run_tool", {**READ, "input": {"customer": "acme"}})
     [run_id] = agent_state(created["id"]).leases

@@ -12,9 +12,9 @@ from typing import Any
 
 from chalice.test import Client
 
-from chalicelib import accounts
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
+from chalicelib.identity import accounts
 from chalicelib.store import outbox
 from chalicelib.store import runs as run_store
 from chalicelib.store.records import Run

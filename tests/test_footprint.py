@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from chalicelib import jsontext
-from chalicelib.definitions import RequestTemplate, ToolSpec
+from chalicelib.base import jsontext
 from chalicelib.mcp import compact
 from chalicelib.mcp.metatools import ACQUIRE_SCHEMA, META_TOOLS
+from chalicelib.tools.definitions import RequestTemplate, ToolSpec
 from tests.conftest import Admin, Mcp
 
 META_BYTES = 4_000

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from chalice.test import Client
 
-from chalicelib import accounts
+from chalicelib.identity import accounts
 from tests.conftest import CSRF, Admin, Console, Mcp, Vendor, tool_spec
 
 PURGE = {"vendor": "crm", "name": "purge"}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib.accounts import DEFAULT_CAP
+from chalicelib.identity.accounts import DEFAULT_CAP
 from chalicelib.mcp.metatools import ALWAYS_LOAD, ALWAYS_LOAD_BYTES, META_TOOLS, SEARCH_HINT
 from tests.conftest import Admin, Mcp
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from chalice.test import Client
 
-from chalicelib.config import settings
-from chalicelib.imports import VECTOR_BATCH
+from chalicelib.base.config import settings
+from chalicelib.catalog.imports import VECTOR_BATCH
 from tests.books import take_bodies, work
 from tests.conftest import Admin, Mcp, Vendor, serving
 

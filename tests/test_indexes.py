@@ -1,16 +1,20 @@
-"""A warm instance's search index follows the toolbox by its change records (chalicelib/indexes.py,
+"""A warm instance's search index follows the toolbox by its change records (chalicelib/catalog/indexes.py,
 store.tools), updates in place (SearchIndex.updated), and is kept within a memory budget."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from datetime import timedelta
 
 import numpy as np
 import pytest
+from botocore.exceptions import ClientError, ReadTimeoutError
+from pynamodb.exceptions import GetError
 
 from bench.dynamo_calls import DynamoCalls
-from chalicelib import accounts, indexes
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
+from chalicelib.catalog import indexes
+from chalicelib.identity import accounts
 from chalicelib.search import bm25, documents, text
 from chalicelib.search import index as search_index
 from chalicelib.search.bm25 import Terms
@@ -171,6 +175,16 @@ def test_a_pending_vector_that_arrives_joins_the_sentence_signal(stored: list[Do
     np.testing.assert_array_equal(updated._signals.vectors, SearchIndex.build(stored)._signals.vectors)
 
 
+def test_an_empty_index_takes_its_first_tools(stored: list[Document]) -> None:
+    # GIVEN the index of an empty toolbox (an account searched before it published anything)
+    empty = SearchIndex.build([])
+    # WHEN its first tools arrive as changes
+    updated = empty.updated(stored[8:])
+    # THEN they are indexed and found (it used to raise: an empty index has no signals to keep)
+    assert len(updated) == 2 and updated._changed == 0
+    assert keys(updated.search("weather conditions in a city", 1)) == ["metoffice/dailyweatherreport"]
+
+
 def _by_key(index: SearchIndex, scores: tuple[np.ndarray, np.ndarray]) -> dict[str, tuple[float, float]]:
     bm25, named = scores
     return {key: (bm25[row], named[row]) for row, key in enumerate(index._keys)}
@@ -200,7 +214,53 @@ def test_a_publish_reaches_a_warm_index_by_its_change_records(admin: Admin, mcp:
     # THEN the new tool is found, reading the change record and the one changed head, not the toolbox
     assert hits[0] == "weather-report"
     assert sorted(made) == ["BatchGetItem", "BatchGetItem", "GetItem", "PutItem", "Query", "Query"]  # auth,
-    # revision, records, the changed head, the hits; and what the search answered (chalicelib/usage.py)
+    # revision, records, the changed head, the hits; and what the search answered (chalicelib/catalog/usage.py)
+
+
+def test_a_search_of_an_empty_toolbox_then_a_publish_finds_the_tool(admin: Admin, mcp: Mcp) -> None:
+    # GIVEN an agent that searched while the toolbox was empty (its warm index holds no tool)
+    assert find(mcp, "sales orders") == []
+    # WHEN a tool is published and the agent searches again
+    admin.publish()
+    # THEN the tool is found: the -32603 the e2e suite saw when another test searched an empty toolbox first
+    assert find(mcp, "sales orders") == ["list-sales-orders"]
+
+
+def _store_error(code: str | None) -> GetError:
+    """What pynamodb raises for a GetItem that failed past the SDK's retries: with DynamoDB's error
+    code, or (None) a read that timed out."""
+    cause = (ReadTimeoutError(endpoint_url="http://127.0.0.1:1") if code is None
+             else ClientError({"Error": {"Code": code, "Message": "refused"}}, "GetItem"))
+    return GetError("Failed to get item", cause)
+
+
+@pytest.mark.parametrize("code", ["ProvisionedThroughputExceededException", "ThrottlingException",
+                                  "InternalServerError", None])
+def test_a_store_failing_for_now_gives_find_tool_a_clear_busy_error(admin: Admin, mcp: Mcp, code: str | None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a toolbox whose store is throttled or slow past its retries
+    admin.publish()
+
+    def failing(account_id: str) -> None:
+        raise _store_error(code)
+
+    monkeypatch.setattr(tool_store, "search_revisions", failing)
+    # WHEN the agent calls find_tool
+    result = mcp.call("find_tool", {"query": "sales orders"})
+    # THEN it gets a tool error saying to try again, not -32603 Internal error
+    assert result["isError"] is True and result["structuredContent"]["error"]["code"] == "busy"
+    assert "try again" in result["structuredContent"]["error"]["message"]
+
+
+def test_a_store_refusing_a_search_is_still_a_crash(admin: Admin, mcp: Mcp, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a store that refuses the read itself (a bug of ours, not load)
+    def refusing(account_id: str) -> None:
+        raise _store_error("ValidationException")
+
+    monkeypatch.setattr(tool_store, "search_revisions", refusing)
+    # WHEN the agent calls find_tool THEN it is not passed off as "busy": -32603, and logged
+    answer = mcp.post("tools/call", {"name": "find_tool", "arguments": {"query": "sales orders"}}).json_body
+    assert answer["error"]["code"] == -32603
 
 
 def test_a_gap_in_the_records_rebuilds_from_the_whole_toolbox(admin: Admin, mcp: Mcp) -> None:
@@ -284,6 +344,48 @@ def test_a_build_makes_room_before_it_runs(client, settings_env, monkeypatch: py
     # THEN the first index was dropped before the build ran, not after (a build's peak never sits on a full cache)
     assert held_during_build == [[]]
     assert list(indexes._entries) == [ids[1]]
+
+
+def test_an_index_evicted_by_another_search_right_after_it_was_found_still_serves(
+        client, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an account's warm index at the toolbox's revision
+    account_id = accounts.create_account("acme", utcnow())[0].account_id
+    tool_store.put_version(account_id, NewVersion("acme", "orders", {"description": "List orders."}, 0), "admin",
+                           utcnow())
+    indexes.current(account_id)
+
+    class EvictedOnceRead(OrderedDict):
+        """The cache, where another thread's search (another account's build making room) drops the
+        account's index just after this search found it there: the interleaving forced, no threads."""
+
+        def get(self, key, default=None):
+            found = super().get(key, default)
+            if key == account_id and found is not None and not evicted:
+                evicted.append(self.pop(key))
+            return found
+
+    evicted: list[object] = []
+    monkeypatch.setattr(indexes, "_entries", EvictedOnceRead(indexes._entries))
+    # WHEN the account searches again
+    index = indexes.current(account_id)
+    # THEN the index it found answers (it used to look the account up again, and raise KeyError: -32603)
+    assert evicted and keys(index.search("orders", 1)) == ["acme/orders"]
+
+
+def test_a_search_holding_an_older_index_never_replaces_a_newer_one(client) -> None:
+    # GIVEN an account's index at revision 2 in the cache
+    account_id = accounts.create_account("acme", utcnow())[0].account_id
+    for name in ("orders", "invoices"):
+        tool_store.put_version(account_id, NewVersion("acme", name, {"description": f"List {name}."}, 0), "admin",
+                               utcnow())
+    indexes.current(account_id)
+    newer = indexes._entries[account_id]
+    # WHEN a search that found revision 1's index (before the other refreshed) keeps it as used
+    older = indexes._Entry(1, SearchIndex.build([]), 0)
+    with indexes._lock:
+        indexes._keep(account_id, older)
+    # THEN the newer index stays
+    assert indexes._entries[account_id] is newer
 
 
 def test_an_account_item_without_a_revision_still_takes_its_first_publish() -> None:

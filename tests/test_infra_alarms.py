@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib import log
+from chalicelib.base import log
 from tests.infra import CHALICE_FUNCTIONS, QUEUES, template
 
 TOPIC = {"Fn::If": ["MakesAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]}

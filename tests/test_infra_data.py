@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from chalicelib import config as app_config
-from chalicelib.clock import utcnow
+from chalicelib.base import config as app_config
+from chalicelib.base.clock import utcnow
 from chalicelib.store import history
 from chalicelib.store.records import HistoryEvent
 from tests.infra import CHALICE_FUNCTIONS, evaluate, settings_under, template

@@ -38,7 +38,7 @@ SQS_ACTIONS = [
 ]
 
 
-# What chalicelib/config.py (not the store) calls: the stage's parameters in SSM.
+# What chalicelib/base/config.py (not the store) calls: the stage's parameters in SSM.
 CONFIG_ACTIONS = ("ssm:GetParameter",)
 
 
@@ -52,7 +52,7 @@ def call_grant_problems(document: dict[str, Any], stage: str, calls: list[Call])
     needed = {call.action.lower() for call in calls}
     if QUEUES:  # and Lambda's event sources, through the consumers' roles
         needed |= {action.lower() for action in EVENT_SOURCE_ACTIONS}
-    # and chalicelib/config.py's reads of the stage's parameters (tests/test_deploy.py checks on what)
+    # and chalicelib/base/config.py's reads of the stage's parameters (tests/test_deploy.py checks on what)
     needed |= {action.lower() for action in CONFIG_ACTIONS}
     granted = {
         action.lower()

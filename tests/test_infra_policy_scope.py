@@ -15,7 +15,7 @@ from unittest import mock
 
 import pytest
 
-from chalicelib import config as app_config
+from chalicelib.base import config as app_config
 from chalicelib.store import queues
 from tests.iam import (
     allows,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib import config as app_config
+from chalicelib.base import config as app_config
 from tests.infra import (
     DEAD_LETTER_RETENTION_SECONDS,
     QUEUES,

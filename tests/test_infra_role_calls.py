@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 import pytest
 
-from chalicelib import config as app_config
+from chalicelib.base import config as app_config
 from chalicelib.store import queues
 from tests.conftest import Admin, Mcp, Vendor, serving
 from tests.iam import (

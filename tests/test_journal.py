@@ -19,8 +19,9 @@ import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodb.models import dynamodb_backends
 
-from chalicelib import accounts, connections, credentials
-from chalicelib.clock import utcnow
+from chalicelib.access import connections, credentials
+from chalicelib.base.clock import utcnow
+from chalicelib.identity import accounts
 from local import emulator
 from local import journal as journal_module
 from local.journal import FORMAT, Journal

@@ -10,11 +10,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from pynamodb.exceptions import UpdateError
 
-from chalicelib import workingset
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
-from chalicelib.errors import ListenLimit
+from chalicelib.agents import workingset
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
+from chalicelib.base.errors import ListenLimit
 from chalicelib.mcp import server
 from chalicelib.store import agents, listens
 from tests.conftest import Mcp
@@ -70,3 +71,19 @@ def test_past_the_limit_a_listen_is_refused_and_holds_nothing(
     with pytest.raises(ListenLimit), workingset.listen_slot(state, utcnow(), hold_seconds=1), \
             workingset.listen_slot(state, utcnow(), hold_seconds=1):
         pass
+
+
+def test_a_slot_that_cannot_be_given_back_does_not_fail_the_answer(
+        mcp: Mcp, settings_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a store that fails when the listen gives its slot back (the slot frees by the clock)
+    settings_env(WORKSET_LISTEN_HOLD_SECONDS="0")
+    monkeypatch.setattr(workingset, "wait_for_change", lambda state, hold_seconds: False)
+
+    def failing(account_id: str, taken: str) -> None:
+        raise UpdateError("UpdateItem", "throttled")
+
+    monkeypatch.setattr(listens, "give_back", failing)
+    # WHEN the agent listens
+    answer = _listen(mcp)
+    # THEN the listen is answered as it would be (acknowledged, then closed), not crashed
+    assert answer.status_code == 200 and answer.json_body["result"]["resultType"] == "complete", answer.json_body

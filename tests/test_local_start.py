@@ -109,3 +109,64 @@ def test_dev_up_says_what_it_installs_while_it_lasts_and_stops_on_a_failure(tmp_
     assert any(line.startswith(f"  ... still creating {tmp_path / 'venv'}") for line in lines[1:])
     assert "failed (see the message above)" in done.stderr
     assert done.returncode == 1 and "Starting Workset" not in done.stdout
+
+
+def test_the_admin_token_file_is_private_from_the_moment_it_is_made(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written first and made 0600 after, the token would sit readable by every local user (umask
+    022) until the chmod: one who opens it meanwhile keeps the descriptor and reads the token."""
+    from local import __main__ as local_main
+
+    # GIVEN no token yet, the usual umask, and a chmod that comes too late to matter
+    monkeypatch.delenv("WORKSET_ADMIN_TOKEN", raising=False)
+    monkeypatch.setattr(Path, "chmod", lambda self, mode: None)
+    previous = os.umask(0o022)
+    try:
+        # WHEN the stack makes its admin token
+        token = local_main._admin_token(tmp_path)
+    finally:
+        os.umask(previous)
+    # THEN the file holds it and only its owner could ever read it
+    saved = tmp_path / "admin-token"
+    assert saved.read_text() == token and token.startswith("wsa_")
+    assert saved.stat().st_mode & 0o777 == 0o600
+    assert list(tmp_path.iterdir()) == [saved]
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_the_data_folder_is_private(tmp_path: Path, existing: bool) -> None:
+    """It holds the tables' journal (connection secrets, encrypted) beside the emulator's KMS key
+    material and the admin token: a folder other local users can list and read opens all three."""
+    from local import environment
+
+    # GIVEN no data folder yet, or one an older start made readable by all (umask 022)
+    folder = tmp_path / ".workset"
+    if existing:
+        folder.mkdir(mode=0o755)
+        folder.chmod(0o755)
+    previous = os.umask(0o022)
+    try:
+        # WHEN the stack takes it
+        environment.private_folder(folder)
+    finally:
+        os.umask(previous)
+    # THEN only its owner may enter it
+    assert folder.is_dir() and folder.stat().st_mode & 0o777 == 0o700
+
+
+def test_the_emulator_s_key_file_is_private_from_the_moment_it_is_made(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from local.keys import KmsKeys
+
+    # GIVEN the emulator's keys, saved with the usual umask and a chmod that comes too late to matter
+    keys = KmsKeys.__new__(KmsKeys)
+    keys.path = tmp_path / "kms-keys.json"
+    keys.backend = type("Backend", (), {"keys": {"k1": type("Key", (), {"key_material": b"\x01" * 32})()}})()
+    monkeypatch.setattr(Path, "chmod", lambda self, mode: None)
+    previous = os.umask(0o022)
+    try:
+        keys.save()
+    finally:
+        os.umask(previous)
+    # THEN the file holds the material and only its owner could ever read it
+    assert "k1" in keys.path.read_text() and keys.path.stat().st_mode & 0o777 == 0o600

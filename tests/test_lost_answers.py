@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from chalicelib import accounts
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
+from chalicelib.identity import accounts
 from chalicelib.store import tools as tool_store
 from chalicelib.store.models import AGENT_SK, AgentSettingsItem
 from tests.books import (

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib.causes import Cause
+from chalicelib.base.causes import Cause
 from chalicelib.mcp.metatools import META_TOOLS
 from tests.conftest import LEGACY, MODERN, Admin, Mcp
 

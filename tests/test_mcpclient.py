@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from chalicelib import mcpclient
-from chalicelib.errors import ForbiddenDestination, VendorError, VendorTimeout
-from chalicelib.mcpclient import LEGACY, MODERN, Upstream
+from chalicelib.base.errors import ForbiddenDestination, VendorError, VendorTimeout
+from chalicelib.net import mcpclient
+from chalicelib.net.mcpclient import LEGACY, MODERN, Upstream
 from tests.conftest import serving
 from tests.upstream_servers import (  # noqa: F401 - the *_fixture names are the sdk_url, ... fixtures
     everything_url_fixture,

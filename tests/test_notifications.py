@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib.clock import iso, utcnow
+from chalicelib.base.clock import iso, utcnow
 from chalicelib.store import outbox
 from tests.conftest import Admin, Mcp, Vendor
 

@@ -19,8 +19,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 from chalice.test import Client
 
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
 from tests.conftest import FORM, Admin, Console, log_lines
 from tests.test_console import rows, text
 
@@ -43,7 +43,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
     held = Clock(utcnow())
-    for module in ("chalicelib.api.authorization", "chalicelib.accounts", "chalicelib.console.common"):
+    for module in ("chalicelib.api.authorization", "chalicelib.identity.accounts", "chalicelib.console.common"):
         monkeypatch.setattr(f"{module}.utcnow", lambda: held.now)
     yield held
 

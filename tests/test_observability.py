@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from chalice.test import Client
 
-from chalicelib import log, workingset
-from chalicelib.clock import iso, utcnow
+from chalicelib.agents import workingset
+from chalicelib.base import log
+from chalicelib.base.clock import iso, utcnow
+from chalicelib.catalog import indexes
 from tests.conftest import Admin, Mcp, Vendor, log_lines
 
 CANARY = "canary-input-7f3a"  # a value a tool's input carries, which no line may show
@@ -168,6 +170,30 @@ def test_a_crash_is_one_request_line_counted_as_an_error(mcp: Mcp, logged: Any,
     [crash] = lines(logged, "mcp.internal_error")
     assert (line["outcome"], line["rpc_method"], line["request_id"]) == ("crashed", "tools/list", crash["request_id"])
     assert metrics(line)["McpErrors"]["value"] == 1
+
+
+def test_a_crash_in_find_tool_logs_its_type_trace_and_cause_and_no_secret(mcp: Mcp, logged: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a search that fails in our own code, its message quoting the caller's credentials
+    def failing_lookup(*args: Any, **kwargs: Any) -> Any:
+        try:
+            {}["acme"]
+        except KeyError as cause:
+            raise RuntimeError(f"no index for Authorization: Bearer {mcp.key}, key={mcp.key} "
+                               "at https://admin:hunter2@127.0.0.1/x") from cause
+
+    monkeypatch.setattr(indexes, "current_with_memory", failing_lookup)
+    # WHEN the agent calls find_tool
+    answer = mcp.post("tools/call", {"name": "find_tool", "arguments": {"query": "orders"}}).json_body
+    # THEN it gets -32603 naming the request, whose crash line says what broke, where, and from what
+    [crash] = lines(logged, "mcp.internal_error")
+    assert answer["error"]["code"] == -32603 and answer["error"]["data"]["requestId"] == crash["request_id"]
+    assert crash["error"] == "RuntimeError" and crash["trace"][-1].endswith(" failing_lookup")
+    [cause] = crash["causes"]
+    assert cause.startswith("KeyError at tests/test_observability.py:") and cause.endswith(" failing_lookup")
+    # AND no credential reaches the log
+    assert mcp.key not in logged.text and "hunter2" not in logged.text
+    assert "Bearer [withheld]" in crash["message"]
 
 
 def test_a_notification_is_accepted_and_counted_as_one(mcp: Mcp, logged: Any) -> None:

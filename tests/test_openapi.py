@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from chalicelib import definitions, openapi
-from chalicelib.errors import InvalidInput
+from chalicelib import openapi
+from chalicelib.base.errors import InvalidInput
 from chalicelib.openapi import Candidate
+from chalicelib.tools import definitions
 from tests.conftest import within
 
 DOCUMENTS = Path(__file__).resolve().parent / "openapi_documents"

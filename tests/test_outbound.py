@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from chalicelib import outbound
-from chalicelib.errors import ForbiddenDestination, VendorTimeout
+from chalicelib.base.errors import ForbiddenDestination, VendorTimeout
+from chalicelib.net import outbound
 
 URL = "http://vendor.example/orders"
 PUBLIC_TEREDO_SERVER = ipaddress.IPv4Address("65.54.227.120")

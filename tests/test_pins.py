@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from bench.dynamo_calls import DynamoCalls
-from chalicelib import sweep
-from chalicelib.clock import parse_iso, utcnow
+from chalicelib.agents import sweep
+from chalicelib.agents.workingset import pin_limit
+from chalicelib.base.clock import parse_iso, utcnow
 from chalicelib.store import sweep as sweep_store
-from chalicelib.workingset import pin_limit
 from tests.books import agent_state, publish_with_connection, sweep_at
 from tests.conftest import Admin, Mcp, Vendor
 

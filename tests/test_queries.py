@@ -35,13 +35,17 @@ def keys(hits: list[tuple[str, float]]) -> list[str]:
 class FakeIndex:
     """Answers fixed rankings per query text, and records what it was asked."""
 
-    def __init__(self, answers: dict[str, list[tuple[str, float]]]) -> None:
+    def __init__(self, answers: dict[str, list[tuple[str, float]]],
+                 residuals: dict[str, list[tuple[str, float]]] | None = None) -> None:
         self.answers = answers
+        self.residuals = residuals or {}  # the residual ranking (what the best hit leaves) per request
         self.asked: list[str] = []
 
-    def search_many(self, texts: list[str], limit: int = 10, memory: object = None) -> list[list[tuple[str, float]]]:
+    def search_many(self, texts: list[str], limit: int = 10, memory: object = None,
+                    residual: bool = False) -> list[list[tuple[str, float]]]:
         self.asked.extend(texts)
-        return [self.answers.get(text, [])[:limit] for text in texts]
+        more = [self.residuals.get(texts[0], [])[:limit]] if residual else []
+        return [self.answers.get(text, [])[:limit] for text in texts] + more
 
 
 @pytest.mark.parametrize("request_text", [
@@ -92,9 +96,10 @@ def test_a_hostile_request_stays_bounded(request_text: str) -> None:
 def test_a_hostile_request_costs_at_most_max_parts_extra_searches() -> None:
     # GIVEN an index that finds the same tool for anything
     class Anything(FakeIndex):
-        def search_many(self, texts: list[str], limit: int = 10, memory: object = None) -> list[list[tuple[str, float]]]:
+        def search_many(self, texts: list[str], limit: int = 10, memory: object = None,
+                        residual: bool = False) -> list[list[tuple[str, float]]]:
             self.asked.extend(texts)
-            return [[("a/b", 1.0)] for _ in texts]
+            return [[("a/b", 1.0)] for _ in [*texts, *[""] * residual]]
 
     index = Anything({})
     # WHEN a request of a thousand intents is searched
@@ -103,11 +108,41 @@ def test_a_hostile_request_costs_at_most_max_parts_extra_searches() -> None:
     assert len(index.asked) == 1 + queries.MAX_PARTS
 
 
-def test_a_request_that_is_not_split_ranks_exactly_as_the_index_does(index: SearchIndex) -> None:
-    # GIVEN a one-intent request
+def test_a_one_intent_request_ranks_as_the_index_does(index: SearchIndex) -> None:
+    # GIVEN a one-intent request, which does not split and whose best hit explains it
     request_text = "hourly weather forecast for a city"
-    # WHEN find_tool's search runs it  THEN the answer is the index's own, scores included
-    assert queries.search(index, request_text, 5) == index.search(request_text, 5)
+    assert queries.intents(request_text) == []
+    # WHEN find_tool's search runs it  THEN the tools come in the index's own order (a residual hit
+    # may raise a tool's score, never past the whole request's own better hits here)
+    assert keys(queries.search(index, request_text, 5)) == keys(index.search(request_text, 5))
+
+
+def test_a_second_intent_without_an_and_is_found_by_what_the_best_hit_leaves(index: SearchIndex) -> None:
+    # GIVEN a request for two things that does not split, whose whole top 3 are all weather tools
+    request_text = "French translation of the hourly weather forecast for Paris"
+    assert queries.intents(request_text) == []
+    whole = keys(index.search(request_text, 3))
+    assert "deepl/translate-text" not in whole
+    # WHEN it is searched
+    found = keys(queries.search(index, request_text, 3))
+    # THEN the residual (the words and meaning the forecast does not explain) finds the
+    # translation, right after the whole request's best hit
+    assert found[:2] == [whole[0], "deepl/translate-text"]
+
+
+def test_a_residual_hit_counts_in_the_wholes_context() -> None:
+    # GIVEN a one-intent request whose residual finds a tool the whole request barely lists
+    request_text = "compare phone prices"
+    whole = [("shop/compare", 6.0), ("shop/search", 5.0), ("shop/deals", 4.0), ("ads/google-ads", 1.0)]
+    fake = FakeIndex({request_text: whole}, {request_text: [("ads/google-ads", 5.0), ("shop/deals", 4.0)]})
+    # WHEN it is searched for three hits
+    found = queries.search(fake, request_text, 3)
+    # THEN the whole's own top three stay (0.6 x 5.0 + 0.4 x 1.0 = 3.4 is below 4.0)...
+    assert keys(found) == ["shop/compare", "shop/search", "shop/deals"]
+    # ... while a residual hit the whole request also asks for rises by the residual's score
+    fake.answers[request_text] = [("shop/compare", 6.0), ("shop/search", 5.0), ("shop/deals", 4.0),
+                                  ("ads/google-ads", 3.9)]
+    assert keys(queries.search(fake, request_text, 3)) == ["shop/compare", "shop/search", "ads/google-ads"]
 
 
 def test_a_two_tool_request_gets_both_tools_into_the_top_k(index: SearchIndex) -> None:
@@ -180,3 +215,50 @@ def test_a_request_and_its_parts_rank_in_one_pass_as_each_alone(index: SearchInd
     assert together[0] and together[1] and together[-2:] == [[], []]
     for answer, single in zip(together, alone):
         assert [score for _, score in answer] == pytest.approx([score for _, score in single], abs=1e-4)
+
+
+def test_the_residual_ranking_leaves_out_the_best_hit_and_costs_no_second_pass(
+        index: SearchIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a request whose best hit is a forecast, and a count of MiniLM passes
+    from chalicelib.search import embedder
+
+    passes = []
+    real = embedder.embed
+    monkeypatch.setattr(embedder, "embed", lambda texts: passes.append(len(texts)) or real(texts))
+    request_text = "French translation of the hourly weather forecast for Paris"
+    # WHEN it is searched with its residual
+    whole, residual = index.search_many([request_text], 5, residual=True)
+    # THEN the residual is an extra ranking without the best hit, led by what the best hit lacks,
+    # from the one forward pass
+    assert whole[0][0] == "metoffice/hourly-forecast"
+    assert whole[0][0] not in keys(residual)
+    assert keys(residual)[0] == "deepl/translate-text"
+    assert passes == [1]
+
+
+@pytest.mark.parametrize("request_text", [
+    "",
+    "zzqx frobnicate",
+    "météo horaire à Paris et traduire en français ☂️ 天気予報",
+    " ".join(f"word{i}" for i in range(20_000)) + " weather forecast",
+    "weather " * 50_000,
+])
+def test_a_residual_of_a_hostile_or_empty_request_is_bounded(index: SearchIndex, request_text: str) -> None:
+    # GIVEN an empty, gibberish, unicode or huge request
+    start = time.process_time()
+    # WHEN it is searched with its residual
+    rankings = index.search_many([request_text], 5, residual=True)
+    # THEN there is one more ranking, at most 5 hits without the best hit, and no runaway cost
+    assert len(rankings) == 2 and len(rankings[1]) <= 5
+    assert not rankings[0] or rankings[0][0][0] not in keys(rankings[1])
+    assert time.process_time() - start < 5  # a loose bound: runaway work takes minutes here
+
+
+@pytest.mark.parametrize("request_text", ["send an invoice", "storms", "list customers", "pollen forecast"])
+def test_the_residual_lists_only_what_the_request_itself_lists(index: SearchIndex, request_text: str) -> None:
+    # GIVEN a request and every tool it lists by itself (a shared word, or near it in meaning)
+    listed = set(keys(index.search(request_text, len(TOOLBOX))))
+    # WHEN its residual is ranked (a renormalised residual direction is near something in any toolbox)
+    _, residual = index.search_many([request_text], len(TOOLBOX), residual=True)
+    # THEN it holds no tool the request would not list: "send an invoice" gets no weather warning
+    assert set(keys(residual)) <= listed

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from chalice.test import Client
 
-from chalicelib import accounts, toolbox, upstreams
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
+from chalicelib.catalog import toolbox, upstreams
+from chalicelib.identity import accounts
 from chalicelib.store import tools as tool_store
 from tests.books import sweep_at, take_bodies, work
 from tests.conftest import Admin, Console, JsonHandler, Mcp, serving

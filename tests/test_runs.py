@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from chalicelib import outbound
-from chalicelib.errors import ForbiddenDestination
+from chalicelib.base.errors import ForbiddenDestination
+from chalicelib.net import outbound
 from tests.conftest import Admin, Mcp, Vendor
 
 WRITE = {"destructiveHint": False}

@@ -11,9 +11,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from chalicelib import schemas
-from chalicelib.errors import InvalidInput
-from chalicelib.validation import check_instance
+from chalicelib.base import schemas
+from chalicelib.base.errors import InvalidInput
+from chalicelib.base.validation import check_instance
 from tests.conftest import Admin, Mcp, Vendor, tool_spec, within
 
 HANG_GUARD = 30.0  # seconds; a hang guard, not a speed claim (Python's re would run for hours)
@@ -386,7 +386,7 @@ def test_the_static_metaschema_judges_exactly_as_jsonschemas_own(schema: dict) -
     from jsonschema import Draft202012Validator, SchemaError
     from jsonschema.exceptions import best_match
 
-    from chalicelib.schemas import _metaschema_validator
+    from chalicelib.base.schemas import _metaschema_validator
 
     try:
         Draft202012Validator.check_schema(schema)

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chalicelib import embedder, indexes
+from chalicelib.catalog import indexes
+from chalicelib.search import embedder
 from chalicelib.search.documents import VECTOR_BYTES, Document, document_vector
 from chalicelib.search.index import SearchIndex
 from chalicelib.search.text import name_words, stem
@@ -305,7 +306,7 @@ def test_import_does_not_load_model_libraries() -> None:
 
 def test_a_published_tool_keeps_its_search_vector_so_a_cold_index_embeds_nothing(admin, mcp, monkeypatch) -> None:
     # GIVEN a tool published through the API (its vector computed then)
-    from chalicelib import embedder
+    from chalicelib.search import embedder
 
     admin.publish()
     indexes.clear()

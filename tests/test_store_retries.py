@@ -97,9 +97,10 @@ def test_a_failed_condition_is_not_retried(admin: Admin, mcp: Mcp, faults: Fault
     admin.publish()
     mcp.call("promote", {"vendor": "unleashed", "name": "list-sales-orders"})
     faults.reasons, faults.times, faults.attempts = ["ConditionalCheckFailed", "TransactionConflict"], 1, 0
-    from chalicelib import accounts, workingset
-    from chalicelib.causes import PromotedBy
-    from chalicelib.clock import utcnow
+    from chalicelib.agents import workingset
+    from chalicelib.base.causes import PromotedBy
+    from chalicelib.base.clock import utcnow
+    from chalicelib.identity import accounts
 
     agent_id = admin.call("GET", "/v1/agents").json_body["items"][0]["id"]
     account_id = accounts.authenticate_admin(admin.token)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from chalicelib.clock import iso, utcnow
+from chalicelib.base.clock import iso, utcnow
 from chalicelib.store import agents as agent_store
 from tests.conftest import Admin, Mcp, Vendor
 
@@ -283,7 +283,7 @@ def _start_a_run_that_never_ends(world: World, monkeypatch: pytest.MonkeyPatch) 
         raise SystemExit("the Lambda died mid-run")
 
     with monkeypatch.context() as patch:
-        patch.setattr("chalicelib.vendor.perform", dies)
+        patch.setattr("chalicelib.calls.vendor.perform", dies)
         with pytest.raises(SystemExit):
             world.mcp.call("run_tool", {"vendor": "shop", "name": "r", "input": {}})
 
@@ -298,8 +298,8 @@ def _backdate_promotion(agent_id: str, vendor: str, name: str, when: datetime) -
 
 def test_a_large_sweep_is_fanned_out_to_workers_through_sqs(world: World, client, monkeypatch) -> None:
     # GIVEN three agents over their cap, and a sweep that handles at most one agent inline
-    from chalicelib import sweep
-    from chalicelib.config import settings
+    from chalicelib.agents import sweep
+    from chalicelib.base.config import settings
     from chalicelib.store import queues
 
     monkeypatch.setattr(sweep, "INLINE_AGENTS", 1)

@@ -10,10 +10,12 @@ from datetime import datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chalicelib import accounts, runs, sweep, workingset
-from chalicelib.causes import Cause, PromotedBy
-from chalicelib.clock import utcnow
-from chalicelib.errors import NotPromoted, PinLimit
+from chalicelib.agents import sweep, workingset
+from chalicelib.base.causes import Cause, PromotedBy
+from chalicelib.base.clock import utcnow
+from chalicelib.base.errors import NotPromoted, PinLimit
+from chalicelib.calls import runs
+from chalicelib.identity import accounts
 from chalicelib.store import agents as agent_store
 from tests.conftest import Admin, Vendor
 

@@ -6,7 +6,10 @@ from typing import Any
 
 import pytest
 
+from chalicelib.base.errors import StoreUnavailable
+from chalicelib.mcp import tasks
 from tests.conftest import Admin, Mcp, Vendor
+from tests.upstream_servers import forecast_server, sdk_server
 
 TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
 
@@ -68,3 +71,39 @@ def test_discover_advertises_the_extension(mcp: Mcp) -> None:
     mcp.modern = True
     capabilities = mcp.post("server/discover").json_body["result"]["capabilities"]
     assert "io.modelcontextprotocol/tasks" in capabilities["extensions"]
+
+
+def test_a_completed_task_answers_an_mcp_servers_tool_result_as_the_call_itself_does(admin: Admin,
+                                                                                     mcp: Mcp) -> None:
+    # GIVEN a write tool of a registered MCP server, called by a client that declares tasks
+    mcp.modern, mcp.capabilities = True, TASKS
+    with sdk_server(forecast_server()) as url:
+        assert admin.call("POST", "/v1/upstreams", {"vendor": "weather", "url": url}).status_code == 201
+        mcp.call("promote", {"vendor": "weather", "name": "create-note"})
+        note = {"name": "weather__create-note", "arguments": {"title": "t", "body": "b"}}
+        created = mcp.post("tools/call", note).json_body["result"]
+        admin.call("POST", f"/v1/approvals/{created['taskId']}/approve")
+        # WHEN the task is polled once the person approved
+        done = mcp.post("tasks/get", {"taskId": created["taskId"]}).json_body["result"]
+        # THEN its result is the server's own, as a call that needs no person gets it
+        direct = mcp.post("tools/call", note).json_body["result"]
+    assert done["status"] == "completed" and direct["content"][0]["text"].startswith("created note")
+    assert done["result"]["content"] == direct["content"]
+    assert done["result"].get("structuredContent") == direct.get("structuredContent")
+
+
+def test_a_store_fault_on_tasks_get_is_not_taken_for_an_unknown_task(admin: Admin, mcp: Mcp, write_tool: None,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a working task, and a store that fails when tasks/get reads its run
+    mcp.modern, mcp.capabilities = True, TASKS
+    created = _call(mcp)
+
+    def failing(*args: Any) -> Any:
+        raise StoreUnavailable("DynamoDB is failing")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tasks.runs, "get_for_agent", failing)
+        answer = mcp.post("tasks/get", {"taskId": created["taskId"]})
+    # THEN the client is not told the task is unknown (it would stop polling a task that still waits)
+    assert answer.json_body["error"]["code"] != -32602, answer.json_body
+    assert mcp.post("tasks/get", {"taskId": created["taskId"]}).json_body["result"]["status"] == "working"

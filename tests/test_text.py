@@ -14,8 +14,11 @@ from botocore.exceptions import ClientError
 from chalice.test import Client
 from pynamodb.connection.base import Connection
 
-from chalicelib import accounts, jsontext, log, toolbox, workingset
+from chalicelib.agents import workingset
 from chalicelib.api import common as api_common
+from chalicelib.base import jsontext, log
+from chalicelib.catalog import toolbox
+from chalicelib.identity import accounts
 from tests.conftest import Admin, Mcp, Vendor, log_lines, tool_spec
 from tests.test_console import Console
 
@@ -203,7 +206,7 @@ def test_a_hostile_vendor_answer_still_makes_a_valid_result(admin: Admin, mcp: M
 
 
 def test_tool_result_text_is_valid_json_whatever_it_carries() -> None:
-    from chalicelib.outcomes import Outcome, tool_result
+    from chalicelib.base.outcomes import Outcome, tool_result
 
     result = tool_result(Outcome({"a": SURROGATE, "n": float("nan")}))
     assert strict_json(result["content"][0]["text"].encode()) == {"a": "\ufffd", "n": None}
@@ -464,7 +467,7 @@ def test_a_crash_in_the_console_is_a_500_page_and_is_logged(console: Console, lo
 
 
 def test_a_crash_on_the_sign_in_page_is_a_500_page(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib import sessions
+    from chalicelib.identity import sessions
 
     monkeypatch.setattr(sessions, "read", _boom)
     answer = client.http.get("/console/sign-in")

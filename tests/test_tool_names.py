@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from chalicelib import mcpclient, toolnames
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
+from chalicelib.base.validation import NAME_MAX, TOOL_NAME_MAX, VENDOR_PATTERN, name_budget
+from chalicelib.catalog.upstreams import candidates as upstream_candidates
+from chalicelib.net import mcpclient
 from chalicelib.openapi import Candidate, candidates, operations
 from chalicelib.store.records import Upstream
-from chalicelib.upstreams import candidates as upstream_candidates
-from chalicelib.validation import NAME_MAX, TOOL_NAME_MAX, VENDOR_PATTERN, name_budget
+from chalicelib.tools import toolnames
 from tests.conftest import Admin, JsonHandler, Mcp, serving, tool_spec
 
 SERVER = "http://127.0.0.1:9"

@@ -513,7 +513,7 @@ def test_a_crash_in_our_own_code_ends_the_run_and_releases_its_lease(admin: Admi
                                                                      client: Client, mcp: Mcp, vendor: Vendor,
                                                                      monkeypatch: pytest.MonkeyPatch,
                                                                      logged: pytest.LogCaptureFixture) -> None:
-    from chalicelib import vendor as vendor_module
+    from chalicelib.calls import vendor as vendor_module
 
     admin.publish(**_write_tool(vendor, annotations={"readOnlyHint": True},
                                 request={"method": "GET", "url": f"{vendor.url}/x"}))

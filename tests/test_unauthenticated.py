@@ -25,8 +25,8 @@ from chalice.local import LambdaEventConverter, LocalDevServer
 from chalice.test import Client
 
 from app import app
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
 from chalicelib.store.models import TABLES
 from tests.conftest import FORM, Admin, Console
 from tests.iam import record_aws_fixture  # noqa: F401 - fixture `record_aws`: every AWS call a test makes
@@ -45,7 +45,7 @@ WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "Tr
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     held = Clock(utcnow())
-    for module in ("chalicelib.api.authorization", "chalicelib.accounts", "chalicelib.console.common",
+    for module in ("chalicelib.api.authorization", "chalicelib.identity.accounts", "chalicelib.console.common",
                    "chalicelib.console.auth"):
         monkeypatch.setattr(f"{module}.utcnow", lambda: held.now)
     return held

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from chalice.test import Client
 
-from chalicelib import mcpclient
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
+from chalicelib.net import mcpclient
 from tests.books import sweep_at, take_bodies, work
 from tests.conftest import Admin, JsonHandler, Mcp, serving
 from tests.upstream_servers import bridged_url_fixture, everything_url_fixture, forecast_server, sdk_server  # noqa: F401

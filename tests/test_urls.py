@@ -1,4 +1,4 @@
-"""chalicelib/urls.py, the one reading of a URL, held to a real WHATWG parser (ada-url, what a
+"""chalicelib/net/urls.py, the one reading of a URL, held to a real WHATWG parser (ada-url, what a
 browser does): whatever `parse` accepts, a browser reads as the same scheme, host, port, path and
 query; what the two would read differently is refused."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chalicelib import urls
+from chalicelib.net import urls
 from tests.conftest import Admin, tool_spec
 
 # The second attack round's strings, and their neighbours: each is one a browser reads otherwise.

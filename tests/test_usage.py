@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from chalice.test import Client
 
-from chalicelib import embedder, usage
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
+from chalicelib.catalog import usage
+from chalicelib.search import embedder
 from chalicelib.search.usage import FLOOR, W_USAGE, Evidence, Memory
 from chalicelib.store.models import MemoryItem
 from tests.conftest import Admin, Console, Mcp

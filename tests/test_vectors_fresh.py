@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from chalice.test import Client
 
-from chalicelib import embedder, imports
-from chalicelib.config import settings
-from chalicelib.imports import VECTOR_BATCH
-from chalicelib.indexes import INLINE_VECTORS
-from chalicelib.search import documents
+from chalicelib.base.config import settings
+from chalicelib.catalog import imports
+from chalicelib.catalog.imports import VECTOR_BATCH
+from chalicelib.catalog.indexes import INLINE_VECTORS
+from chalicelib.search import documents, embedder
 from chalicelib.search.documents import PENDING, VECTOR_VERSION, Document, document_vector
 from chalicelib.search.index import RERANK_PENDING, SearchIndex
 from chalicelib.store import tools as tool_store
@@ -63,7 +63,7 @@ def _import(admin: Admin, vendor: Vendor, operations: int) -> dict[str, Any]:
 
 
 def _heads(admin: Admin) -> list[Any]:
-    from chalicelib import accounts
+    from chalicelib.identity import accounts
 
     account_id = accounts.account_of_admin_token(admin.token)
     assert account_id is not None

@@ -20,8 +20,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from chalice.test import Client
 
-from chalicelib import outbound
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
+from chalicelib.net import outbound
 from tests.conftest import Admin, Mcp, Vendor, log_lines, serving
 from tests.test_console import Console
 
@@ -191,8 +191,8 @@ def _connection(admin: Admin, connection_id: str) -> dict[str, Any]:
 def _later(monkeypatch: pytest.MonkeyPatch, delta: timedelta) -> None:
     """Move the connections' clock (token expiry and refresh leases are judged by it) `delta` ahead
     of the wall clock."""
-    monkeypatch.setattr("chalicelib.credentials.utcnow", lambda: utcnow() + delta)
-    monkeypatch.setattr("chalicelib.token_refresh.utcnow", lambda: utcnow() + delta)
+    monkeypatch.setattr("chalicelib.access.credentials.utcnow", lambda: utcnow() + delta)
+    monkeypatch.setattr("chalicelib.access.token_refresh.utcnow", lambda: utcnow() + delta)
 
 
 def _no_secret_anywhere(admin: Admin, secrets: list[str], *texts: str) -> None:
@@ -559,7 +559,7 @@ def test_a_vendor_401_refreshes_an_authorization_code_token_once(admin: Admin, c
 @pytest.mark.parametrize("strict", [True, False], ids=["strict rotation", "lenient rotation"])
 def test_a_call_that_read_the_tokens_before_another_refreshed_uses_the_new_ones(
         admin: Admin, console: Console, tokens: TokenEndpoint, strict: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib import credentials, token_refresh
+    from chalicelib.access import credentials, token_refresh
     from chalicelib.store import connections as connection_store
 
     # GIVEN two calls that both read the expired tokens (version v) before either refreshed
@@ -737,6 +737,6 @@ def test_run_lines_in_the_log_never_carry_a_credential(admin: Admin, mcp: Mcp, a
 
 
 def _account(admin: Admin) -> str:
-    from chalicelib import accounts
+    from chalicelib.identity import accounts
 
     return accounts.authenticate_admin(admin.token)

@@ -3,7 +3,7 @@ that rotates refresh tokens and answers late, token endpoints that fail for now 
 garbage, a holder that crashed, a revocation or a person's reconnect racing a refresh. What must
 hold: one refresh for many calls, the winner's tokens kept, `needs_reconnect` only when the
 vendor definitively refuses the refresh token still current, and no token in any answer or log
-(`chalicelib/token_refresh.py` draws the guard)."""
+(`chalicelib/access/token_refresh.py` draws the guard)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from chalicelib import token_refresh
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
+from chalicelib.access import token_refresh
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
 from chalicelib.store import connections as connection_store
 from chalicelib.store.records import Connection
 from tests.conftest import Admin, Mcp
@@ -272,7 +272,7 @@ def test_a_definitive_refusal_of_the_current_refresh_token_needs_a_reconnect(
 def test_a_refusal_of_a_refresh_token_rotated_away_marks_nothing(admin: Admin, console: Console,
                                                                  tokens: TokenEndpoint,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib import credentials
+    from chalicelib.access import credentials
 
     # GIVEN a call holding a lease over version v whose tokens another call then refreshed (v + 1)
     connection = _connected(admin, console, tokens)

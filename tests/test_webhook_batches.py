@@ -16,7 +16,8 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from chalice.test import Client
 from standardwebhooks import Webhook  # the Standard Webhooks reference library, not our own signing
 
-from chalicelib import config, notify
+from chalicelib.base import config
+from chalicelib.net import notify
 from chalicelib.store import agents as agent_store
 from chalicelib.store import outbox, queues, vault
 from local import workers

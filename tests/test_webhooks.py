@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from chalicelib import config
-from chalicelib.clock import iso, utcnow
+from chalicelib.base import config
+from chalicelib.base.clock import iso, utcnow
 from chalicelib.store import queues
 from local import workers
 from tests.conftest import Admin, Mcp, Vendor, serving

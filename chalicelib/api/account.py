@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import accounts, usage
 from chalicelib.api.common import admin_route, body, limit, query
+from chalicelib.catalog import usage
+from chalicelib.identity import accounts
 from chalicelib.store.records import LearnedPair
 
 

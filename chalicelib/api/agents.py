@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import accounts, runs, workingset
+from chalicelib.agents import workingset
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, body, limit, query, tool_ref
-from chalicelib.causes import Cause, PromotedBy
-from chalicelib.clock import utcnow
-from chalicelib.errors import InvalidInput
+from chalicelib.base.causes import Cause, PromotedBy
+from chalicelib.base.clock import utcnow
+from chalicelib.base.errors import InvalidInput
+from chalicelib.calls import runs
+from chalicelib.identity import accounts
 from chalicelib.oauth import tokens
 
 

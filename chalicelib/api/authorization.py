@@ -11,11 +11,11 @@ from urllib.parse import parse_qs
 
 from chalice import Response
 
-from chalicelib import jsontext
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
+from chalicelib.base import jsontext
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
+from chalicelib.base.responses import GuardedBlueprint, json_response
 from chalicelib.oauth import OAuthError, clients, discovery, tokens
-from chalicelib.responses import GuardedBlueprint, json_response
 
 
 def _crashed(request_id: str) -> Response:

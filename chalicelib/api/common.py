@@ -14,10 +14,11 @@ from typing import Any
 
 from chalice import Response
 
-from chalicelib import accounts, jsontext
-from chalicelib.config import body_limit
-from chalicelib.errors import InvalidInput, TooLarge, WorksetError
-from chalicelib.responses import GuardedBlueprint, internal_error, json_response
+from chalicelib.base import jsontext
+from chalicelib.base.config import body_limit
+from chalicelib.base.errors import InvalidInput, TooLarge, WorksetError
+from chalicelib.base.responses import GuardedBlueprint, internal_error, json_response
+from chalicelib.identity import accounts
 
 bp = GuardedBlueprint(__name__, edge="api", on_crash=lambda request_id: json_response(500, internal_error(request_id)))
 

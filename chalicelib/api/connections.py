@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import connections, sweep
+from chalicelib.access import connections
+from chalicelib.agents import sweep
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, body, limit, query
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
 
 
 @admin_route("/v1/connections", "POST", status=201)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import accounts, imports, upstreams
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, body, limit, query
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
+from chalicelib.catalog import imports, upstreams
+from chalicelib.identity import accounts
 
 
 @admin_route("/v1/imports/openapi", "POST")

@@ -1,16 +1,18 @@
 """Admin routes for approval policies: a tool's, the account's default for a vendor's tools, and
-the history of who set what (chalicelib/policies.py)."""
+the history of who set what (chalicelib/calls/policies.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import accounts, policies, toolbox
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, bearer, body, limit, query
-from chalicelib.clock import iso, utcnow
-from chalicelib.errors import InvalidInput
-from chalicelib.store.records import PolicySetting
+from chalicelib.base.clock import iso, utcnow
+from chalicelib.base.errors import InvalidInput
+from chalicelib.calls import policies
+from chalicelib.catalog import toolbox
+from chalicelib.identity import accounts
+from chalicelib.store.records import HistoryEvent, PolicySetting
 
 
 @admin_route("/v1/approval-policies", "GET")
@@ -22,7 +24,7 @@ def list_policies(account_id: str) -> dict[str, Any]:
 @admin_route("/v1/approval-policies/history", "GET")
 def policy_history(account_id: str) -> dict[str, Any]:
     """Who set which policy when, newest first (`cause` is the policy set, or `default`)."""
-    return shapes.page(policies.history(account_id, limit=limit(), cursor=query("cursor")), shapes.event)
+    return shapes.page(policies.history(account_id, limit=limit(), cursor=query("cursor")), _change)
 
 
 @admin_route("/v1/tools/{vendor}/{name}/approval-policy", "GET")
@@ -49,6 +51,14 @@ def setting(record: PolicySetting) -> dict[str, Any]:
     """A policy a person set."""
     return {"vendor": record.vendor, "name": record.name, "policy": record.policy, "set_by": record.set_by,
             "set_at": iso(record.set_at)}
+
+
+def _change(record: HistoryEvent) -> dict[str, Any]:
+    """A policy change; a vendor's default named as its setting is (`name` null)."""
+    shape = shapes.event(record)
+    if record.name == policies.VENDOR_DEFAULT:
+        shape["name"] = None
+    return shape
 
 
 def _tool_answer(account_id: str, vendor: str, name: str) -> dict[str, Any]:

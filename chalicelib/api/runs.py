@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import accounts, runs
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, bearer, limit, query
-from chalicelib.clock import utcnow
-from chalicelib.errors import InvalidInput
+from chalicelib.base.clock import utcnow
+from chalicelib.base.errors import InvalidInput
+from chalicelib.calls import runs
+from chalicelib.identity import accounts
 
 
 @admin_route("/v1/approvals", "GET")

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chalicelib import guards
-from chalicelib.accounts import Created
-from chalicelib.clock import iso
-from chalicelib.guards import Guard
-from chalicelib.runs import ShapeChange
+from chalicelib.agents.workingset import PinChange
+from chalicelib.base.clock import iso
+from chalicelib.calls.runs import ShapeChange
+from chalicelib.identity.accounts import Created
 from chalicelib.store.records import (
     Agent,
     Approval,
@@ -23,7 +22,8 @@ from chalicelib.store.records import (
     ToolVersion,
     Upstream,
 )
-from chalicelib.workingset import PinChange
+from chalicelib.tools import guards
+from chalicelib.tools.guards import Guard
 
 
 def agent(record: Agent) -> dict[str, Any]:

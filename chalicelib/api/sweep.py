@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chalicelib import sweep
+from chalicelib.agents import sweep
 from chalicelib.api.common import admin_route, optional_body
-from chalicelib.clock import parse_iso, utcnow
-from chalicelib.config import settings
-from chalicelib.errors import InvalidInput
+from chalicelib.base.clock import parse_iso, utcnow
+from chalicelib.base.config import settings
+from chalicelib.base.errors import InvalidInput
 
 # a century either way of the chosen `now` must still be a date
 _EARLIEST = datetime.min.replace(tzinfo=UTC) + timedelta(days=36525)

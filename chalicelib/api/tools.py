@@ -5,17 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib import accounts, definitions, toolbox
 from chalicelib.api import shapes
 from chalicelib.api.common import admin_route, bearer, body, limit, query
-from chalicelib.clock import utcnow
-from chalicelib.errors import InvalidInput
+from chalicelib.base.clock import utcnow
+from chalicelib.base.errors import InvalidInput
+from chalicelib.catalog import toolbox
+from chalicelib.identity import accounts
+from chalicelib.tools import definitions
 
 
 @admin_route("/v1/tools", "POST", status=201)
 def publish_tool(account_id: str) -> dict[str, Any]:
     spec = definitions.parse_spec(body())
-    # a person publishing this very definition accepts its hints (chalicelib/guards.py)
+    # a person publishing this very definition accepts its hints (chalicelib/tools/guards.py)
     tool = toolbox.publish(account_id, spec, published_by=accounts.ADMIN, now=utcnow(),
                            person=accounts.admin_actor(bearer() or ""))
     return {"vendor": spec.vendor, "name": spec.name, "version": tool.version.version}

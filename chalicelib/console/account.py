@@ -7,9 +7,10 @@ import re
 
 from chalice import Response
 
-from chalicelib import accounts, sessions, usage
+from chalicelib.base.errors import InvalidInput
+from chalicelib.catalog import usage
 from chalicelib.console.common import Ctx, action, page, redirect
-from chalicelib.errors import InvalidInput
+from chalicelib.identity import accounts, sessions
 
 SEPARATORS = re.compile(r"[\s,]+")  # one host per line, or comma (or space) separated
 LEARNED_SHOWN = 10  # pairs listed on the page (GET /v1/account/search-memory pages through all)

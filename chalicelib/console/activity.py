@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from chalicelib import accounts, runs, workingset
-from chalicelib.causes import Action
+from chalicelib.agents import workingset
+from chalicelib.base.causes import Action
+from chalicelib.base.outcomes import RunStatus
+from chalicelib.calls import runs
 from chalicelib.console import present
-from chalicelib.definitions import Tool
+from chalicelib.identity import accounts
 from chalicelib.mcp.metatools import META_TOOLS, tool_definition
-from chalicelib.outcomes import RunStatus
 from chalicelib.store.records import Agent, AgentState, HistoryEvent, Page, Run
+from chalicelib.tools.definitions import Tool
 
 WINDOW_DAYS = 30
 READ_PAGE = 100  # items per query

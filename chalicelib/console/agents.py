@@ -10,16 +10,20 @@ from typing import Any
 
 from chalice import Response
 
-from chalicelib import accounts, connections, runs, toolbox, workingset
-from chalicelib.causes import Cause, PromotedBy
-from chalicelib.config import settings
+from chalicelib.access import connections
+from chalicelib.agents import workingset
+from chalicelib.base.causes import Cause, PromotedBy
+from chalicelib.base.config import settings
+from chalicelib.base.errors import InvalidInput, PinLimit
+from chalicelib.calls import runs
+from chalicelib.catalog import toolbox
 from chalicelib.console import activity, charts, present
 from chalicelib.console.common import ALL_PAGE, PAGE_SIZE, Ctx, action, every, page, redirect, whole_toolbox
-from chalicelib.definitions import Tool
-from chalicelib.errors import InvalidInput, PinLimit
+from chalicelib.identity import accounts
 from chalicelib.mcp.metatools import META_TOOLS
 from chalicelib.oauth import tokens
 from chalicelib.store.records import Agent, AgentState, Promotion, Run
+from chalicelib.tools.definitions import Tool
 
 RECENT_RUNS = 10
 PICKER_SIZE = 20

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from chalice import Response
 
-from chalicelib import runs, toolbox
+from chalicelib.base.errors import ToolNotFound
+from chalicelib.base.outcomes import RunStatus
+from chalicelib.calls import runs
+from chalicelib.catalog import toolbox
 from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, every, page, redirect, safe_next
-from chalicelib.definitions import Tool
-from chalicelib.errors import ToolNotFound
-from chalicelib.outcomes import RunStatus
 from chalicelib.store.records import Run
+from chalicelib.tools.definitions import Tool
 
 
 @page("/console/approvals")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from chalice import Response
 
-from chalicelib import accounts, sessions
-from chalicelib.clock import utcnow
+from chalicelib.base.clock import utcnow
+from chalicelib.base.errors import Unauthorized
 from chalicelib.console.common import FORM, HOME, Ctx, action, bp, read_form, redirect, render, safe_next
-from chalicelib.errors import Unauthorized
+from chalicelib.identity import accounts, sessions
 
 
 @bp.route("/console", methods=["GET"])

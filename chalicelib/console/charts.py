@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 
-from chalicelib.causes import Cause
+from chalicelib.base.causes import Cause
 from chalicelib.console import present
 from chalicelib.console.activity import AgentActivity, Day, ToolboxActivity, ToolUse
 

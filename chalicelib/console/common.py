@@ -18,15 +18,19 @@ from urllib.parse import parse_qs, quote, urlencode
 
 from chalice import Response
 
-from chalicelib import accounts, connections, jsontext, sessions, toolbox, urls
-from chalicelib.clock import utcnow
-from chalicelib.config import body_limit, settings
+from chalicelib.access import connections
+from chalicelib.base import jsontext
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import body_limit, settings
+from chalicelib.base.errors import InvalidInput, WorksetError
+from chalicelib.base.responses import GuardedBlueprint
+from chalicelib.base.validation import VENDOR_PATTERN
+from chalicelib.catalog import toolbox
 from chalicelib.console import present
-from chalicelib.definitions import Tool
-from chalicelib.errors import InvalidInput, WorksetError
-from chalicelib.responses import GuardedBlueprint
+from chalicelib.identity import accounts, sessions
+from chalicelib.net import urls
 from chalicelib.store.records import ACTIVE, Connection, Page
-from chalicelib.validation import VENDOR_PATTERN
+from chalicelib.tools.definitions import Tool
 
 if TYPE_CHECKING:
     from jinja2 import Environment

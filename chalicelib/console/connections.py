@@ -10,10 +10,14 @@ from typing import Any
 
 from chalice import Response
 
-from chalicelib import connections, credentials, jsontext, sessions, sweep, urls
-from chalicelib.clock import utcnow
+from chalicelib.access import connections, credentials
+from chalicelib.agents import sweep
+from chalicelib.base import jsontext
+from chalicelib.base.clock import utcnow
+from chalicelib.base.errors import InvalidInput
 from chalicelib.console.common import ALL_PAGE, Ctx, action, agent_names, bp, every, leave, page, redirect, render
-from chalicelib.errors import InvalidInput
+from chalicelib.identity import sessions
+from chalicelib.net import urls
 
 # what a refused form shows again: never a secret
 KEPT_FIELDS = ("vendor", "auth_type", "header_name", "username", "param_name", "token_url", "authorize_url",

@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 from chalice import Response
 
-from chalicelib import accounts
+from chalicelib.base.errors import InvalidInput
 from chalicelib.console.agents import RANGES, settings_payload
 from chalicelib.console.common import ALL_PAGE, Ctx, action, every, leave, page
-from chalicelib.errors import InvalidInput
+from chalicelib.identity import accounts
 from chalicelib.oauth import authorization
 
 # the authorization request's parameters, carried from the page to its form

@@ -13,10 +13,11 @@ from typing import Any
 
 from chalice import Response
 
-from chalicelib import accounts, imports
+from chalicelib.base.errors import WorksetError
+from chalicelib.catalog import imports
+from chalicelib.catalog.imports import Report
 from chalicelib.console.common import Ctx, action, active_connections, page
-from chalicelib.errors import WorksetError
-from chalicelib.imports import Report
+from chalicelib.identity import accounts
 
 FIELDS = ("vendor", "document", "url", "server", "connection", "include", "exclude")
 ENTRIES = re.compile(r"[,\r\n]+")  # include/exclude: comma or line separated (a tag may hold spaces)

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from chalicelib import definitions, guards
-from chalicelib.causes import Cause, PromotedBy
-from chalicelib.clock import iso, utcnow
-from chalicelib.definitions import Tool
-from chalicelib.guards import Guard
-from chalicelib.imports import MCP, NEW_VERSION, OPENAPI
+from chalicelib.base.causes import Cause, PromotedBy
+from chalicelib.base.clock import iso, utcnow
+from chalicelib.catalog.imports import MCP, NEW_VERSION, OPENAPI
 from chalicelib.mcp.metatools import META_TOOLS, tool_definition
 from chalicelib.store.records import ToolVersion
+from chalicelib.tools import definitions, guards
+from chalicelib.tools.definitions import Tool
+from chalicelib.tools.guards import Guard
 
 PROMOTED_BY_LABELS = {PromotedBy.AGENT.value: "the agent", PromotedBy.PUBLISH.value: "a publish",
                       PromotedBy.CONSOLE.value: "the console"}

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from chalice import Response
 
-from chalicelib import policies, toolbox, workingset
+from chalicelib.agents import workingset
+from chalicelib.base.errors import InvalidInput, NotFound
+from chalicelib.calls import policies
+from chalicelib.catalog import toolbox
 from chalicelib.console import activity, charts
 from chalicelib.console.common import PAGE_SIZE, Ctx, action, agent_names, page, redirect, whole_toolbox
-from chalicelib.errors import InvalidInput, NotFound
 from chalicelib.store.records import ToolVersion
 
 SEARCH_LIMIT = 50

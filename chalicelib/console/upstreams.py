@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from chalice import Response
 
-from chalicelib import accounts, upstreams
+from chalicelib.base.errors import WorksetError
+from chalicelib.catalog import upstreams
+from chalicelib.catalog.imports import Report
 from chalicelib.console.common import ALL_PAGE, Ctx, action, active_connections, every, page
-from chalicelib.errors import WorksetError
-from chalicelib.imports import Report
+from chalicelib.identity import accounts
 
 FIELDS = ("vendor", "url", "connection")
 

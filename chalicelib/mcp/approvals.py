@@ -9,7 +9,8 @@ whose request capabilities declare `elicitation.url` gets an `InputRequiredResul
 request is a URL-mode `elicitation/create` for the run's page, with a `requestState` sealed to
 the agent, the run, the tool's name and its arguments, and expiring with the wait. The retry
 (`inputResponses`, the state echoed) never starts a run: it reads the run the first call started,
-holding up to `approval_hold_seconds` for the person, and answers the vendor's result, the denial,
+holding up to `approval_hold_seconds` for the person (when one of the account's slots for approval
+holds is free, `wait_for_decision`), and answers the vendor's result, the denial,
 or (still waiting) today's `awaiting_approval` result. The console's approval is the one
 conditional write that moves the run on and calls the vendor (`runs.approve`), so however a retry
 races it, there is one run and one vendor call.
@@ -36,12 +37,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from chalicelib import runs
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
-from chalicelib.errors import ToolDenied, WorksetError
-from chalicelib.mcp.protocol import INVALID_PARAMS, ProtocolError, Request
-from chalicelib.outcomes import Outcome, RunStatus, failure, tool_result
+from chalicelib.agents import workingset
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
+from chalicelib.base.errors import ListenLimit, ToolDenied, WorksetError
+from chalicelib.base.outcomes import Outcome, RunStatus, failure, tool_result
+from chalicelib.calls import runs
+from chalicelib.net.protocol import INVALID_PARAMS, ProtocolError, Request
 from chalicelib.store.records import AgentState, Run
 
 INPUT_KEY = "approval"  # the one input request's key in `inputRequests`
@@ -97,7 +99,7 @@ def continue_call(state: AgentState, request: Request, name: str, arguments: dic
     run_id = unseal(state, request.params.get("requestState"), name, arguments)
     try:
         run = runs.get_for_agent(state, run_id, now)
-    except WorksetError:
+    except runs.RunNotFound:  # a store fault is ours, not the state's: it is not answered as one
         raise ProtocolError(INVALID_PARAMS, "Invalid params: requestState names no call of yours") from None
     responses = request.params.get("inputResponses")
     answer = responses.get(INPUT_KEY) if isinstance(responses, Mapping) else None
@@ -176,7 +178,20 @@ def is_client_response(message: Mapping[str, Any]) -> bool:
 
 def wait_for_decision(state: AgentState, run: Run, hold_seconds: float) -> Run:
     """The run once it has ended, or as it stands when the hold is over (read at POLL_SECONDS,
-    doubling up to POLL_MAX_SECONDS)."""
+    doubling up to POLL_MAX_SECONDS). A hold keeps one Lambda execution busy, as a held listen
+    does, so it takes one of the account's slots for approval holds (`workingset.listen_slot`,
+    as many as for listens, and apart from them); with none free the run is answered as it stands,
+    at once (the agent follows with get_run)."""
+    if run.status not in (RunStatus.AWAITING, RunStatus.RUNNING) or hold_seconds <= 0:
+        return run
+    try:
+        with workingset.listen_slot(state, utcnow(), hold_seconds=hold_seconds, pool=workingset.APPROVAL_HOLDS):
+            return _poll(state, run, hold_seconds)
+    except ListenLimit:
+        return run
+
+
+def _poll(state: AgentState, run: Run, hold_seconds: float) -> Run:
     deadline = time.monotonic() + hold_seconds
     pause = POLL_SECONDS
     while run.status in (RunStatus.AWAITING, RunStatus.RUNNING) and (left := deadline - time.monotonic()) > 0:
@@ -189,10 +204,8 @@ def wait_for_decision(state: AgentState, run: Run, hold_seconds: float) -> Run:
 def answer_for(run: Run) -> Outcome:
     """The call's answer as its run stands: the vendor's result, the failure, the denial, the
     expiry, or (undecided, or still running) where it stands, to follow with get_run."""
-    if run.status == RunStatus.SUCCEEDED:
-        return Outcome(run.result or {}, run_id=run.run_id)
-    if run.status == RunStatus.FAILED:
-        return Outcome(run.error or {}, is_error=True, status=RunStatus.FAILED, run_id=run.run_id)
+    if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
+        return runs.recorded_answer(run)
     if run.status == RunStatus.DENIED:
         return _ended(ToolDenied(f"{run.decided_by or 'a person'} denied this call; it never reached the vendor"), run)
     if run.status == RunStatus.EXPIRED:

@@ -23,10 +23,10 @@ import re
 import unicodedata
 from typing import Any
 
-from chalicelib import jsontext
-from chalicelib.definitions import Tool
-from chalicelib.errors import ConnectionNotInScope, ToolUnavailable
+from chalicelib.base import jsontext
+from chalicelib.base.errors import ConnectionNotInScope, ToolUnavailable
 from chalicelib.store.records import AgentState
+from chalicelib.tools.definitions import Tool
 
 DESCRIPTION_CHARS = 160
 SUMMARY_CHARS = 320

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chalicelib.causes import Cause
+from chalicelib.base.causes import Cause
 
 WORKING_SET = "io.workset/working-set"
 CHANGING_TOOLS = ("promote", "demote", "acquire")  # the meta-tools whose call changes the caller's list

@@ -10,13 +10,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from chalicelib import jsontext, policies, runs, toolbox, usage, workingset
-from chalicelib.causes import Cause, PromotedBy
-from chalicelib.definitions import Tool, ToolSpec, parse_spec
+from chalicelib.agents import workingset
+from chalicelib.base import jsontext
+from chalicelib.base.causes import Cause, PromotedBy
+from chalicelib.base.outcomes import Outcome, RunStatus
+from chalicelib.base.validation import NAME_PATTERN, SEPARATOR, VENDOR_PATTERN, check_tool_name, parse
+from chalicelib.calls import policies, runs
+from chalicelib.catalog import toolbox, usage
 from chalicelib.mcp import compact
-from chalicelib.outcomes import Outcome, RunStatus
 from chalicelib.store.records import AgentState
-from chalicelib.validation import NAME_PATTERN, SEPARATOR, VENDOR_PATTERN, check_tool_name, parse
+from chalicelib.tools.definitions import Tool, ToolSpec, parse_spec
 
 ALWAYS_LOAD = "anthropic/alwaysLoad"
 SEARCH_HINT = "anthropic/searchHint"
@@ -161,8 +164,8 @@ def tool_definition(tool: Tool, policy: str | None = None) -> dict[str, Any]:
 def listed(promoted: list[Tool], settings: policies.Settings | None = None) -> list[dict[str, Any]]:
     """An agent's tools/list: the meta-tools, then its promoted tools. Every one loads up front in
     hosts that defer MCP tools, until the list reaches ALWAYS_LOAD_BYTES (half of what makes
-    Claude Code defer: 10% of a 200k-token context); tools past that carry only their search hint,
-    so a host may defer them behind its own search (they stay callable). At the default cap of 20
+    Claude Code defer: 10% of a 200k-token context); tools past that lose their always-load mark
+    (keeping their search hint and approval policy), so a host may defer them behind its own search (they stay callable). At the default cap of 20
     a list of real tools is about 6k tokens: all of it loads (bench/host_footprint.py)."""
     definitions = [meta.definition for meta in META_TOOLS.values()]
     size = sum(map(_size, definitions))

@@ -9,11 +9,12 @@ from urllib.parse import urlsplit
 
 from chalice import Response
 
-from chalicelib import jsontext, log
-from chalicelib.config import settings
-from chalicelib.errors import TooLarge
-from chalicelib.mcp import protocol, server
-from chalicelib.responses import GuardedBlueprint, json_response
+from chalicelib.base import jsontext, log
+from chalicelib.base.config import settings
+from chalicelib.base.errors import TooLarge
+from chalicelib.base.responses import GuardedBlueprint, json_response
+from chalicelib.mcp import server
+from chalicelib.net import protocol
 
 
 def _crashed(request_id: str) -> Response:

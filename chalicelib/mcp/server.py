@@ -8,13 +8,19 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from chalicelib import accounts, jsontext, log, policies, runs, usage, workingset
-from chalicelib.clock import utcnow
-from chalicelib.config import settings
-from chalicelib.errors import ListenLimit, WorksetError
-from chalicelib.mcp import approvals, extensions, protocol, tasks
+from chalicelib.agents import workingset
+from chalicelib.base import jsontext, log
+from chalicelib.base.clock import utcnow
+from chalicelib.base.config import settings
+from chalicelib.base.errors import ListenLimit, WorksetError
+from chalicelib.base.outcomes import Outcome, RunStatus, failure, tool_result
+from chalicelib.calls import policies, runs
+from chalicelib.catalog import usage
+from chalicelib.identity import accounts
+from chalicelib.mcp import approvals, extensions, tasks
 from chalicelib.mcp.metatools import INSTRUCTIONS, META_TOOLS, Call, listed, split_name
-from chalicelib.mcp.protocol import (
+from chalicelib.net import protocol
+from chalicelib.net.protocol import (
     HANDSHAKE_PROTOCOL_VERSIONS,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
@@ -22,7 +28,6 @@ from chalicelib.mcp.protocol import (
     Request,
 )
 from chalicelib.oauth import discovery
-from chalicelib.outcomes import Outcome, RunStatus, failure, tool_result
 from chalicelib.store.records import AgentState
 
 SERVER_INFO = {"name": "workset", "version": "0.1.0"}

@@ -8,12 +8,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from chalicelib import runs
-from chalicelib.clock import iso
-from chalicelib.config import settings
-from chalicelib.errors import WorksetError
-from chalicelib.mcp.protocol import INVALID_PARAMS, ProtocolError, Request
-from chalicelib.outcomes import Outcome, RunStatus, tool_result
+from chalicelib.base.clock import iso
+from chalicelib.base.config import settings
+from chalicelib.base.outcomes import RunStatus, tool_result
+from chalicelib.calls import runs
+from chalicelib.net.protocol import INVALID_PARAMS, ProtocolError, Request
 from chalicelib.store.records import AgentState, Run
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -48,13 +47,11 @@ def get(state: AgentState, request: Request, now: datetime) -> dict[str, Any]:
         raise ProtocolError(INVALID_PARAMS, "Invalid params: tasks/get needs a taskId")
     try:
         run = runs.get_for_agent(state, task_id, now)
-    except WorksetError:
+    except runs.RunNotFound:  # a store fault is ours, not an unknown task
         raise ProtocolError(INVALID_PARAMS, f"Unknown task: {task_id}") from None
     answer = _task(run)
     if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
-        failed = run.status == RunStatus.FAILED
-        structured = run.error if failed else run.result
-        answer["result"] = tool_result(Outcome(structured or {}, is_error=failed, status=RunStatus(run.status)))
+        answer["result"] = tool_result(runs.recorded_answer(run))
     return answer
 
 

@@ -25,15 +25,6 @@ revocation, and a person's view of the grants).
 
 from __future__ import annotations
 
-import base64
-import hashlib
-
-
-def s256(verifier: str) -> str:
-    """A PKCE verifier's S256 challenge (RFC 7636 4.2): base64url of its SHA-256, unpadded. Workset
-    checks its clients' verifiers with it, and makes its own challenges to vendors with it."""
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
-
 
 class OAuthError(Exception):
     """An error the OAuth endpoints answer as `{"error", "error_description"}` (RFC 6749 5.2);

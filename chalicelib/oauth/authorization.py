@@ -12,9 +12,10 @@ from datetime import datetime, timedelta
 from typing import NoReturn
 from urllib.parse import urlencode
 
-from chalicelib import accounts, urls
-from chalicelib.accounts import hash_token
-from chalicelib.config import settings
+from chalicelib.base.config import settings
+from chalicelib.identity import accounts
+from chalicelib.identity.accounts import hash_token
+from chalicelib.net import urls
 from chalicelib.oauth import documents
 from chalicelib.oauth.clients import redirect_uri
 from chalicelib.oauth.discovery import SCOPE, issuer

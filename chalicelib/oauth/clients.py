@@ -13,8 +13,8 @@ from urllib.parse import unquote_plus
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from chalicelib import urls
-from chalicelib.accounts import hash_token
+from chalicelib.identity.accounts import hash_token
+from chalicelib.net import urls
 from chalicelib.oauth import OAuthError, limits
 from chalicelib.store import oauth as oauth_store
 from chalicelib.store.records import OAuthClient

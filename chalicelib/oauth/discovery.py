@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from chalicelib.config import settings
+from chalicelib.base.config import settings
 
 SCOPE = "mcp"  # the one scope: act as the agent at /mcp
 AUTH_METHODS = ("none", "client_secret_post", "client_secret_basic")

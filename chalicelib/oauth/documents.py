@@ -36,9 +36,10 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from chalicelib import jsontext, outbound, urls
-from chalicelib.config import settings
-from chalicelib.errors import ForbiddenDestination, VendorError, VendorTimeout
+from chalicelib.base import jsontext
+from chalicelib.base.config import settings
+from chalicelib.base.errors import ForbiddenDestination, VendorError, VendorTimeout
+from chalicelib.net import outbound, urls
 from chalicelib.oauth.clients import Registration
 from chalicelib.store.records import OAuthClient
 

@@ -24,7 +24,7 @@ import ipaddress
 import math
 from datetime import datetime, timedelta
 
-from chalicelib.config import settings
+from chalicelib.base.config import settings
 from chalicelib.oauth import OAuthError
 from chalicelib.store import oauth as oauth_store
 

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from chalicelib import accounts, log
-from chalicelib.accounts import ACCESS_TOKEN_PREFIX, hash_token
-from chalicelib.errors import NotFound
-from chalicelib.oauth import OAuthError, clients, documents, s256
+from chalicelib.base import log
+from chalicelib.base.errors import NotFound
+from chalicelib.identity import accounts
+from chalicelib.identity.accounts import ACCESS_TOKEN_PREFIX, hash_token, s256
+from chalicelib.oauth import OAuthError, clients, documents
 from chalicelib.oauth.authorization import PKCE, granted_scope
 from chalicelib.oauth.discovery import SCOPE
 from chalicelib.store import agents as agent_store

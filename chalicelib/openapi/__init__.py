@@ -13,7 +13,7 @@ thousands of operations `$ref` is repeated into each of them.
 
 The package, in the order a document goes through it:
 
-    __init__.py     read_document and candidates(): the interface chalicelib.imports uses
+    __init__.py     read_document and candidates(): the interface chalicelib.catalog.imports uses
     reading.py      text -> document: the size limit, JSON or YAML, the alias-bomb guard, the version
     operations.py   the document's operations in order, their tool names, include/exclude
     definitions.py  one operation -> a ToolSpec payload, or Skip: method, security, parameters, URL
@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
+from chalicelib.base.validation import VENDOR_PATTERN
 from chalicelib.openapi import operations
 from chalicelib.openapi.definitions import CARRIABLE_AUTH, Builder
 from chalicelib.openapi.inputs import MAX_INPUT_NESTING
@@ -40,7 +41,6 @@ from chalicelib.openapi.reading import MAX_DOCUMENT_BYTES, check_version, expans
 from chalicelib.openapi.refs import Refs
 from chalicelib.openapi.schemas import Schemas, json_size
 from chalicelib.openapi.servers import Servers
-from chalicelib.validation import VENDOR_PATTERN
 
 __all__ = ["CARRIABLE_AUTH", "MAX_DOCUMENT_BYTES", "MAX_INPUT_NESTING", "Candidate", "candidates", "expansion_limit",
            "read_document"]
@@ -57,7 +57,7 @@ class Candidate:
     """One operation of the document: its definition, or why it has none."""
 
     key: str  # identifies the operation across imports: "GET /pets/{petId}"
-    operation_id: str | None
+    operation_id: str | None  # bounded and one line (operations.label): what the tool's origin keeps
     name: str  # the tool name; given also when skipped
     definition: dict[str, Any] | None  # a ToolSpec payload; None when skipped
     reason: str | None  # why skipped
@@ -96,7 +96,7 @@ def candidates(document: dict[str, Any], *, vendor: str, base_url: str | None = 
                 left -= json_size(definition)
                 if left < 0:
                     raise InvalidInput(_over_budget(budget), field="document")
-        answer.append(Candidate(operation.key, operation.operation_id, name, definition, reason,
+        answer.append(Candidate(operation.key, operations.label(operation), name, definition, reason,
                                 operations.tags(operation)))
     return answer
 

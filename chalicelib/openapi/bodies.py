@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
 from chalicelib.openapi.operations import Operation
 from chalicelib.openapi.problems import Skip, at, cut, shown
 from chalicelib.openapi.schemas import Schemas
@@ -83,9 +83,10 @@ def text(node: dict[str, Any], key: str) -> str | None:
 
 
 def _sendable_media(schemas: Schemas, content: dict[str, Any]) -> tuple[str, str]:
-    """The media type the body goes as, and how ("json", "form" or "multipart"): JSON when offered
-    (`*/*` only for a schema of JSON structure), else a form whose encoding Workset's matches, else
-    multipart/form-data; Skip saying what is offered otherwise."""
+    """The media type the body goes as, and how ("json", "form", "multipart" or "binary"): JSON
+    when offered (`*/*` only for a schema of JSON structure), else multipart/form-data or raw bytes
+    when no form is offered, else a form whose encoding Workset's matches; Skip saying what is
+    offered otherwise."""
     media = json_media(content)
     if media is not None and (_base(media) != "*/*" or _structured(schemas, content[media])):
         return media, "json"
@@ -159,7 +160,7 @@ def _structured(schemas: Schemas, entry: Any) -> bool:
 
 
 def _binary(schemas: Schemas, entry: Any) -> bool:
-    """True for a media type entry whose schema is bytes (_is_bytes)."""
+    """True for a media type entry whose schema is bytes (is_bytes)."""
     return is_bytes(_schema_of(schemas, entry))
 
 

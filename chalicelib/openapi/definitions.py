@@ -1,4 +1,4 @@
-"""One operation into a ToolSpec payload (chalicelib.toolbox), or Skip saying why Workset cannot
+"""One operation into a ToolSpec payload (chalicelib.catalog.toolbox), or Skip saying why Workset cannot
 call it as described: its method, security, parameters, URL and request. Callbacks are not read:
 they describe what the vendor later sends to a URL the caller gives, not the call itself."""
 
@@ -8,14 +8,15 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
+from chalicelib.net.outbound import is_client_header
 from chalicelib.openapi.bodies import Body, json_media, media_type_schema, read_body, text
 from chalicelib.openapi.inputs import Fields, Param, input_schema
 from chalicelib.openapi.operations import Operation
 from chalicelib.openapi.problems import Skip, Where, at, cut, plain, shown
 from chalicelib.openapi.schemas import Schemas
 from chalicelib.openapi.servers import Servers
-from chalicelib.outbound import is_client_header
+from chalicelib.tools.definitions import visible
 
 # The security schemes a connection can carry today: (type, scheme or `in`), lower-case. A
 # `header` connection sends any one header, so also `Authorization: Basic ...`.
@@ -188,15 +189,15 @@ def _wire(param: Param) -> dict[str, Any]:
 
 
 def _description(operation: Operation) -> str:
-    texts = (operation.spec.get("summary"), operation.spec.get("description"))
-    return ("\n\n".join(part.strip() for part in texts if isinstance(part, str) and part.strip())
-            or operation.key)[:4000]
+    texts = [visible(part) for part in (operation.spec.get("summary"), operation.spec.get("description"))
+             if isinstance(part, str)]
+    return ("\n\n".join(part.strip() for part in texts if part.strip()) or visible(operation.key))[:4000]
 
 
 def _annotations(operation: Operation, method: str) -> dict[str, Any]:
     notes: dict[str, Any] = {}
-    summary = operation.spec.get("summary")
-    if isinstance(summary, str) and summary.strip():
+    summary = visible(operation.spec["summary"]) if isinstance(operation.spec.get("summary"), str) else ""
+    if summary.strip():
         notes["title"] = summary.strip()[:200]
     if method in ("GET", "HEAD"):
         notes["readOnlyHint"] = True

@@ -11,11 +11,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from chalicelib.definitions import MAX_SCHEMA_BYTES, PLACEHOLDER
-from chalicelib.jsontext import MAX_DEPTH
+from chalicelib.base.jsontext import MAX_DEPTH
 from chalicelib.openapi.bodies import FILE_FIELD, MULTIPART, Body, is_file
 from chalicelib.openapi.problems import Skip, shown
 from chalicelib.openapi.schemas import Inliner, Overflow, Schemas, json_size
+from chalicelib.tools.definitions import MAX_SCHEMA_BYTES, PLACEHOLDER
 
 INLINE_BYTES = 64 * 1024
 MAX_INPUT_BYTES = MAX_SCHEMA_BYTES  # one place: what a published tool's schema may be

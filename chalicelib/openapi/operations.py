@@ -7,18 +7,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chalicelib import toolnames
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
+from chalicelib.base.validation import NAME_PATTERN, VENDOR_PATTERN, name_budget
 from chalicelib.openapi.problems import Skip, Where, at, shown
 from chalicelib.openapi.refs import Refs
-from chalicelib.validation import NAME_PATTERN, VENDOR_PATTERN, name_budget
+from chalicelib.tools import toolnames
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 NAME = re.compile(NAME_PATTERN)
 VENDOR = re.compile(VENDOR_PATTERN)
 TAGS_READ = 4
 TAG_CHARS = 60  # a tag kept for search: "Linode Kubernetes Engine (LKE)" fits; a hostile one is cut
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+LABEL_CHARS = 128  # an operationId kept as the tool's label (as long as an MCP server's own tool name)
+# Controls, and the format characters that reverse or hide text (bidi overrides and isolates,
+# zero-width spaces and joiners, the BOM, the invisible tag characters that spell hidden ASCII
+# for a model to read...): in a stored tag or label, each becomes a space.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
+                      r"\ufff9-\ufffb\U000e0000-\U000e007f]")
 
 
 @dataclass(frozen=True)
@@ -105,10 +110,23 @@ def tags(operation: Operation) -> tuple[str, ...]:
     found = operation.spec.get("tags")
     kept: list[str] = []
     for tag in found[:TAGS_READ] if isinstance(found, list) else ():
-        clean = " ".join(_CONTROL.sub(" ", tag).split())[:TAG_CHARS].strip() if isinstance(tag, str) else ""
+        clean = _one_line(tag, TAG_CHARS) if isinstance(tag, str) else ""
         if clean and clean not in kept:
             kept.append(clean)
     return tuple(kept)
+
+
+def label(operation: Operation) -> str | None:
+    """The operationId as the tool's origin keeps it (and the import report and search show it):
+    at most LABEL_CHARS, controls and hiding characters made spaces. The name is made from the
+    whole of it; a hostile document's may be megabytes, which every read of the tool would carry."""
+    found = operation.operation_id
+    return _CONTROL.sub(" ", found[:LABEL_CHARS]) if found is not None else None
+
+
+def _one_line(text: str, limit: int) -> str:
+    """`text` with controls and hiding characters made spaces, runs of spaces one, cut to `limit`."""
+    return " ".join(_CONTROL.sub(" ", text[:limit * 4]).split())[:limit].strip()
 
 
 def fits(vendor: str, name: str) -> bool:

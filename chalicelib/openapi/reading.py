@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from chalicelib.errors import InvalidInput
-from chalicelib.jsontext import has_surrogate
+from chalicelib.base.errors import InvalidInput
+from chalicelib.base.jsontext import has_surrogate
 from chalicelib.openapi.problems import at, cut, plain, shown
 
 MAX_DOCUMENT_BYTES = 25 * 1024 * 1024
@@ -40,7 +40,7 @@ def expansion_limit(size: int) -> int:
 
 def read_document(raw: str | bytes) -> dict[str, Any]:
     """JSON or YAML text -> the document (plain dicts/lists/str/int/float/bool/None).
-    Raises InvalidInput (chalicelib.errors) saying what and where."""
+    Raises InvalidInput (chalicelib.base.errors) saying what and where."""
     size = len(raw) if isinstance(raw, bytes | bytearray) else len(raw.encode("utf-8", "surrogatepass"))
     if size > MAX_DOCUMENT_BYTES:
         raise InvalidInput(f"the document is {math.ceil(size * 10 / 2**20) / 10:g} MB; "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
 from chalicelib.openapi.problems import Skip, Where, at, remote, shown
 
 MAX_HOPS = 32  # $refs followed in a row

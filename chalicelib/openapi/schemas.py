@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
 from chalicelib.openapi.problems import Skip, Where, at, remote
 from chalicelib.openapi.refs import MAX_HOPS, Refs
 
@@ -127,7 +127,7 @@ class Schemas:
         node: Any = self._keywords(raw, where)
         if "$ref" in raw:  # siblings (3.1 allows them; 3.0 documents write them anyway) join through allOf
             link = self._link(raw["$ref"], where)
-            node = {**node, "allOf": [link, *node.get("allOf", [])]} if node else link
+            node = _all_of(node, first=link) if node else link
         return _nullable(node) if raw.get("nullable") is True else node
 
     def _keywords(self, raw: dict[str, Any], where: Where) -> dict[str, Any]:
@@ -263,7 +263,17 @@ def _any_of(node: dict[str, Any]) -> dict[str, Any]:
     alternatives = node.pop("oneOf")
     if "anyOf" not in node:
         return {**node, "anyOf": alternatives}
-    return {**node, "allOf": [*node.get("allOf", []), {"anyOf": alternatives}]}
+    return _all_of(node, last={"anyOf": alternatives})
+
+
+def _all_of(node: dict[str, Any], *, first: Any = None, last: Any = None) -> dict[str, Any]:
+    """`node` with `first` and `last` joined to its allOf. A hostile document's allOf may be no
+    list (5, null): the node then stays as it is, no JSON Schema, and the schema check skips the
+    operation saying so (spreading it would raise, and fail the whole import)."""
+    found = node.get("allOf", [])
+    if not isinstance(found, list):
+        return node
+    return {**node, "allOf": [*([first] if first is not None else []), *found, *([last] if last is not None else [])]}
 
 
 def _nullable(node: Any) -> Any:

@@ -8,7 +8,7 @@ import re
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from chalicelib.errors import InvalidInput
+from chalicelib.base.errors import InvalidInput
 from chalicelib.openapi.operations import Operation
 from chalicelib.openapi.problems import Where, at, cut, shown
 

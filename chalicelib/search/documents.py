@@ -1,5 +1,5 @@
 """What an index ranks: a Document per tool, and its stored MiniLM vector (the sentence signal's
-side of a tool, chalicelib/embedder.py), computed once per tool version by the app."""
+side of a tool, chalicelib/search/embedder.py), computed once per tool version by the app."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chalicelib import embedder
+from chalicelib.search import embedder
 from chalicelib.search.structure import Structure
 from chalicelib.search.text import name_words
 

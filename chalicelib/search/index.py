@@ -24,13 +24,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from chalicelib import embedder
+from chalicelib.search import embedder
 from chalicelib.search.arrays import grown, zscore, zscore_among
 from chalicelib.search.bm25 import Lexicon, Terms
 from chalicelib.search.documents import PENDING, Document, document_vectors, stored_vectors
 from chalicelib.search.static import StaticVectors, static_texts
 from chalicelib.search.structure import Shapes
-from chalicelib.search.text import content_words, is_known_word, name_words
+from chalicelib.search.text import content_words, is_known_word, name_words, stem
 from chalicelib.search.usage import Memory
 
 # Picked on the tuning subset (every 10th MetaTool query); see bench/find_tool_quality.py.
@@ -47,6 +47,7 @@ PENDING_HIT_Z = 2.0  # static z-score that lists a PENDING doc without a shared 
 # known to z-score against, PENDING_COSINE_SPREAD of cosine counts as one z (bench/pending_quality.py).
 RERANK_PENDING = 5
 PENDING_COSINE_SPREAD = 0.05
+RESIDUAL_NORM = 1e-3  # a request vector this close to its best hit's leaves no residual direction
 SAME_AS_MEAN = 1e-3  # float32 rounding of |v|^2 - 2 v.m + |m|^2 for unit vectors is ~1e-7, so ~3e-4 apart
 
 
@@ -144,7 +145,9 @@ class SearchIndex:
         changes = list({d.key: d for d in docs}.values())
         if not changes:
             return self
-        if self._signals is None or self._changed + len(changes) > REBUILD_SHARE * len(self):
+        if self._signals is None:  # an empty toolbox's index (searched before any publish): nothing to keep
+            return SearchIndex.build(changes)
+        if self._changed + len(changes) > REBUILD_SHARE * len(self):
             return SearchIndex.build([*self._stored_docs(), *changes])
         rows, old, all_docs = [], [], list(self._docs)
         for doc in changes:
@@ -184,13 +187,16 @@ class SearchIndex:
         """
         return self.search_many([query], limit, memory)[0]
 
-    def search_many(self, queries: list[str], limit: int = 10,
-                    memory: Memory | None = None) -> list[list[tuple[str, float]]]:
+    def search_many(self, queries: list[str], limit: int = 10, memory: Memory | None = None,
+                    residual: bool = False) -> list[list[tuple[str, float]]]:
         """`search` of each query (a request and its intents, queries.py), with the MiniLM vectors
-        of all of them in one forward pass and their cosines with every doc in one product."""
+        of all of them in one forward pass and their cosines with every doc in one product. With
+        `residual`, one more ranking after them: the first query's with what its best hit explains
+        taken away (`_residual`), from the vector already computed (no second forward pass)."""
         signals = self._signals
+        answers: list[list[tuple[str, float]]] = [[] for _ in queries]
         if signals is None or limit <= 0:
-            return [[] for _ in queries]
+            return answers + ([[]] if residual else [])
         # position -> (content words, BM25, name share, shares a word) of each answerable query
         lexical: dict[int, tuple[list[str], np.ndarray, np.ndarray, bool]] = {}
         for position, query in enumerate(queries):
@@ -201,9 +207,8 @@ class SearchIndex:
             shares_word = bool((keyword > 0).any())
             if shares_word or any(map(is_known_word, content)):  # else gibberish: skip the forward pass
                 lexical[position] = (content, keyword, named, shares_word)
-        answers: list[list[tuple[str, float]]] = [[] for _ in queries]
         if not lexical:
-            return answers
+            return answers + ([[]] if residual else [])
         vectors = embedder.embed([queries[position] for position in lexical])
         cosines = signals.vectors @ vectors.T
         for column, (position, (content, keyword, named, shares_word)) in enumerate(lexical.items()):
@@ -211,12 +216,44 @@ class SearchIndex:
             if shares_word or not signals.known.all() or cosine.max() >= GATE_COSINE:
                 answers[position] = self._ranked(queries[position], content, keyword, named, vectors[column],
                                                   cosine, limit, memory)
+        if residual:  # position 0 is column 0 whenever it is answerable
+            answers.append(self._residual(queries[0], lexical[0][0], vectors[0], answers[0][0][0],
+                                          (lexical[0][1] > 0) | (cosines[:, 0] >= HIT_COSINE), limit, memory)
+                           if answers[0] else [])
         return answers
+
+    def _residual(self, query: str, content: list[str], query_vector: np.ndarray, top: str, listed: np.ndarray,
+                  limit: int, memory: Memory | None) -> list[tuple[str, float]]:
+        """What a request asks beyond its best hit `top` ("explaining away"): ranked as a query of
+        the request's content words `top`'s text does not hold (all of them if it holds every one)
+        and of the request's vector minus its projection on `top`'s, renormalised. A request for
+        two things whose best hit answers one then finds the other, with or without an "and";
+        `top` itself is left out, and so is any doc the request itself would not list (`listed`:
+        sharing a word with it or near it in meaning): a residual direction is close to something in
+        any toolbox. One more product with the vectors, no MiniLM pass."""
+        assert self._signals is not None
+        signals = self._signals
+        row = self._rows[top]
+        lexicon = signals.lexicon
+        left = [w for w in content
+                if not (stem(w) in lexicon.postings and bool((lexicon.postings[stem(w)][0] == row).any()))]
+        words, text = (left, " ".join(left)) if left else (content, query)
+        vector = query_vector
+        explained = signals.vectors[row] if signals.known[row] else self._computed.get(row)
+        if explained is not None:
+            rest = query_vector - float(query_vector @ explained) * explained
+            norm = float(np.linalg.norm(rest))
+            if norm > RESIDUAL_NORM:
+                vector = (rest / norm).astype(np.float32)
+        keyword, named = lexicon.scores(words)
+        among = listed.copy()
+        among[row] = False
+        return self._ranked(text, words, keyword, named, vector, signals.vectors @ vector, limit, memory, among)
 
     def _ranked(self, query: str, content: list[str], keyword: np.ndarray, named: np.ndarray,
                 query_vector: np.ndarray, cosine: np.ndarray, limit: int,
-                memory: Memory | None) -> list[tuple[str, float]]:
-        """One answerable query's hits: its signals fused, best first."""
+                memory: Memory | None, among: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """One answerable query's hits: its signals fused, best first (only docs `among`, if given)."""
         assert self._signals is not None
         signals = self._signals
         top = keyword.max()
@@ -245,7 +282,8 @@ class SearchIndex:
                 fused[rows] = np.round(fused[rows] + W_SENTENCE * (own_sentence - sentence[rows]), 6)
             if not (keyword > 0).any() and cosine.max() < GATE_COSINE:
                 return []
-        hits = np.flatnonzero((keyword > 0) | (cosine >= HIT_COSINE) | _listed_while_pending(static, signals.known))
+        listed = (keyword > 0) | (cosine >= HIT_COSINE) | _listed_while_pending(static, signals.known)
+        hits = np.flatnonzero(listed if among is None else listed & among)
         order = hits[np.lexsort((self._key_order[hits], -fused[hits]))][:limit]
         return [(self._keys[i], float(fused[i])) for i in order]
 

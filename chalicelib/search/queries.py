@@ -9,11 +9,19 @@ MIN_PART_WORDS content words (words that are not stop words) joins its neighbour
 long the request: the parts ride in the whole request's MiniLM forward pass, but each adds its tokens. (Many one-intent requests split
 too, since 63% of MetaTool's contain a comma or an "and"; the merge keeps most of them intact.)
 
-A request that does not split ranks exactly as SearchIndex.search ranks it; one that does keeps
-the whole request's best hit first. A part's hit counts in the whole request's context: its score
-is PART_WEIGHT of its score for the part and the rest of its score for the whole request, so a
-piece of a one-intent request ("Apple, Samsung, and Google") cannot push the whole's own hits out
-of places 2-5 with a tool the whole request barely asks for (bench/find_tool_quality.py).
+Besides its parts, every request (split or not) is searched once more for what its best hit does
+not explain (SearchIndex._residual: the content words the best hit's text lacks, and the request's
+vector minus its projection on the best hit's), from the vectors already computed. A request for
+two things whose words do not split ("news about Tesla's effect on its stock price") finds its
+second tool this way: MetaTool two-tool complete@5 went from 0.66 to 0.74 on the tuning requests
+and from 0.586 to 0.602 on held-out ones, single-tool recall@5 unchanged (bench/multi_levers.py
+replays the rules tried; BENCHMARKS.md, "Explaining away").
+
+The whole request's best hit stays first. A part's hit, and a residual hit, count in the whole
+request's context: its score is PART_WEIGHT of its score for the part and the rest of its score
+for the whole request, so a piece of a one-intent request ("Apple, Samsung, and Google") cannot
+push the whole's own hits out of places 2-5 with a tool the whole request barely asks for
+(bench/find_tool_quality.py).
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from chalicelib.search.text import content_words
 if TYPE_CHECKING:
     from chalicelib.search.usage import Memory
 
-MAX_PARTS = 3  # parts searched besides the whole request (one forward pass each)
+MAX_PARTS = 3  # parts searched besides the whole request (in its forward pass, each adding its tokens)
 MAX_SPLIT_CHARS = 600  # a longer request is split on its first so many characters only
 MIN_PART_WORDS = 1  # content words a piece needs to stand as an intent of its own
 PART_WEIGHT = 0.6  # a part's hit scores 0.6 x its score for the part + 0.4 x its score for the whole
@@ -41,8 +49,8 @@ _CONNECTOR = re.compile(
 class Searchable(Protocol):
     """What the merge needs of an index: SearchIndex.search_many."""
 
-    def search_many(self, queries: list[str], limit: int = 10,
-                    memory: Memory | None = None) -> list[list[tuple[str, float]]]: ...
+    def search_many(self, queries: list[str], limit: int = 10, memory: Memory | None = None,
+                    residual: bool = False) -> list[list[tuple[str, float]]]: ...
 
 
 def intents(query: str) -> list[str]:
@@ -63,17 +71,18 @@ def intents(query: str) -> list[str]:
 
 
 def search(index: Searchable, query: str, limit: int, memory: Memory | None = None) -> list[tuple[str, float]]:
-    """Up to `limit` keys with scores, best first: the whole request's ranking when it is one
-    intent; else the whole request's best hit, then every tool by its best score for the whole
-    request or any one part (so each intent's best tools rise, whichever part they answer).
-    `memory` (the account's own use) weighs in on the whole request and on every part."""
+    """Up to `limit` keys with scores, best first: the whole request's best hit, then every tool by
+    its best score for the whole request, for any one part or for the residual (what the whole's
+    best hit does not explain, SearchIndex._residual), a part's and the residual's scores counting
+    in the whole's context; so each intent's best tools rise, whichever part they answer, and a
+    second intent without an "and" is found too. `memory` (the account's own use) weighs in on
+    every ranking."""
     parts = intents(query)
-    if not parts:
-        return index.search_many([query], limit, memory=memory)[0]
-    rankings = index.search_many([query, *parts], max(limit, WHOLE_DEPTH), memory=memory)  # one forward pass
+    rankings = index.search_many([query, *parts], max(limit, WHOLE_DEPTH), memory=memory,
+                                 residual=True)  # one forward pass
     if not rankings[0]:  # no hit for the whole request: none for its parts
         return []
-    return merged([rankings[0], *(in_context(part[:limit], rankings[0]) for part in rankings[1:])], limit)
+    return merged([rankings[0], *(in_context(more[:limit], rankings[0]) for more in rankings[1:])], limit)
 
 
 def in_context(part: list[tuple[str, float]], whole: list[tuple[str, float]]) -> list[tuple[str, float]]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from chalicelib import embedder
+from chalicelib.search import embedder
 from chalicelib.search.arrays import grown, normalise
 from chalicelib.search.documents import Document
 

@@ -1,5 +1,5 @@
 """Words for ranking: normalising, stop words, a light stemmer, and splitting glued tool names
-("auspetrolprices") into dictionary words (the MiniLM vocabulary, chalicelib/embedder.py)."""
+("auspetrolprices") into dictionary words (the MiniLM vocabulary, chalicelib/search/embedder.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import functools
 import re
 from pathlib import Path
 
-from chalicelib import embedder
+from chalicelib.search import embedder
 
 _STOP_WORDS = Path(__file__).with_name("stopwords.txt")
 _WORD = re.compile(r"[a-z0-9]+")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chalicelib import embedder
+from chalicelib.search import embedder
 
 # Picked on the tuning subset (every 10th MetaTool query); see bench/usage_replay.py.
 W_USAGE = 2.0  # the most a tool's fused score can rise: below a clear request's lead

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pynamodb.exceptions import DoesNotExist
 
-from chalicelib.errors import Conflict
+from chalicelib.base.errors import Conflict
 from chalicelib.store.base import ConditionFailed, transaction
 from chalicelib.store.models import AccountItem, AdminTokenItem
 from chalicelib.store.records import Account

@@ -7,13 +7,13 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pynamodb.exceptions import DeleteError
 from pynamodb.transactions import TransactWrite
 
-from chalicelib.errors import PinLimit
+from chalicelib.base.errors import PinLimit
 from chalicelib.store import history
 from chalicelib.store.base import ConditionFailed, key_ok, page, transaction, update_if, update_once_if
 from chalicelib.store.models import (
@@ -247,6 +247,11 @@ class News:
     """Who must hear of a change through the outbox: the webhook."""
 
     webhook: bool = False
+
+
+def idle_deadline(state: AgentState, last_activity: datetime) -> datetime:
+    """When the idle rule may demote a tool last used (or promoted) at `last_activity`."""
+    return last_activity + timedelta(days=state.agent.idle_window_days)
 
 
 def due_fields(agent_id: str, due_at: datetime) -> dict[str, Any]:

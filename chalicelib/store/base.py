@@ -13,15 +13,16 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
+from botocore.exceptions import HTTPClientError
 from pynamodb.connection import Connection
-from pynamodb.exceptions import QueryError, TransactWriteError, UpdateError
+from pynamodb.exceptions import PynamoDBException, QueryError, TransactWriteError, UpdateError
 from pynamodb.indexes import Index
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
-from chalicelib import jsontext
-from chalicelib.config import settings
-from chalicelib.errors import Busy, Conflict, InvalidInput, WorksetError
+from chalicelib.base import jsontext
+from chalicelib.base.config import settings
+from chalicelib.base.errors import Busy, Conflict, InvalidInput, WorksetError
 from chalicelib.store.records import Page
 
 CURSOR_CHARS = 4096  # four key attributes of DynamoDB's size, base64: far below this
@@ -95,6 +96,19 @@ def _transient(error: TransactWriteError) -> bool:
         return True
     codes = {code for code in cancellation_codes(error) if code not in (None, "None")}
     return bool(codes) and codes <= TRANSIENT_REASONS
+
+
+# DynamoDB failing for now rather than refusing: a read that gets one of these past the SDK's own
+# retries may work if sent again shortly (and is no fault of the request).
+UNAVAILABLE_ERRORS = TRANSIENT_ERRORS | {"ServiceUnavailable", "RequestLimitExceeded"}
+
+
+def unavailable(error: BaseException) -> bool:
+    """True when `error` is the store failing for now (throttled or overloaded past the SDK's
+    retries, or timed out, or unreachable) rather than refusing what was asked."""
+    if isinstance(error, PynamoDBException):
+        return isinstance(error.cause, HTTPClientError) or error.cause_response_code in UNAVAILABLE_ERRORS
+    return isinstance(error, HTTPClientError)
 
 
 @contextmanager

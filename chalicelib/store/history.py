@@ -13,8 +13,8 @@ import itertools
 import secrets
 from datetime import datetime, timedelta
 
-from chalicelib.clock import iso
-from chalicelib.config import settings
+from chalicelib.base.clock import iso
+from chalicelib.base.config import settings
 from chalicelib.store.base import page
 from chalicelib.store.models import HistoryItem
 from chalicelib.store.records import HistoryEvent, Page, Run

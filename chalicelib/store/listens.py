@@ -17,25 +17,27 @@ from chalicelib.store.base import update_if
 from chalicelib.store.models import LISTEN_SLOT_PREFIX, ListenSlotItem
 
 
-def take(account_id: str, *, limit: int, now: datetime, until: datetime) -> str | None:
-    """Hold one of the account's `limit` slots until `until`; the holder's token, or None when all
-    are held (after at most `limit` conditional writes, starting at a random slot)."""
+def take(account_id: str, *, limit: int, now: datetime, until: datetime, pool: str = "") -> str | None:
+    """Hold one of the account's `limit` slots of `pool` until `until`; the holder's token, or None
+    when all are held (after at most `limit` conditional writes, starting at a random slot). Each
+    pool has slots of its own (`""`: listens; `workingset.APPROVAL_HOLDS`: calls held for a person)."""
     holder = secrets.token_hex(8)
     first = random.randrange(limit) if limit > 0 else 0
     for offset in range(limit):
-        slot = ListenSlotItem(token_hash=_key(account_id, (first + offset) % limit))
-        if update_if(slot, [ListenSlotItem.holder.set(holder), ListenSlotItem.ttl.set(until)],
+        slot = f"{pool}{(first + offset) % limit}"
+        if update_if(ListenSlotItem(token_hash=_key(account_id, slot)),
+                     [ListenSlotItem.holder.set(holder), ListenSlotItem.ttl.set(until)],
                      ListenSlotItem.ttl.does_not_exist() | (ListenSlotItem.ttl < now)):
-            return f"{(first + offset) % limit}:{holder}"
+            return f"{slot}:{holder}"
     return None
 
 
 def give_back(account_id: str, taken: str) -> None:
     """Free the slot `take` answered, unless its time ran out and another holder has it."""
-    number, holder = taken.split(":", 1)
-    update_if(ListenSlotItem(token_hash=_key(account_id, int(number))), [ListenSlotItem.ttl.remove()],
+    slot, holder = taken.split(":", 1)
+    update_if(ListenSlotItem(token_hash=_key(account_id, slot)), [ListenSlotItem.ttl.remove()],
               ListenSlotItem.holder == holder)
 
 
-def _key(account_id: str, number: int) -> str:
-    return f"{LISTEN_SLOT_PREFIX}{account_id}#{number}"
+def _key(account_id: str, slot: str) -> str:
+    return f"{LISTEN_SLOT_PREFIX}{account_id}#{slot}"

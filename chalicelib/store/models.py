@@ -14,7 +14,7 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
   the records since the revision it holds (one Query of a small partition) instead of the whole
   toolbox; the table's TTL drops them after CHANGE_RETENTION. In the account's memory partition
   (`<account>#memory#<generation>`), `M#<hash>` is one (request, tool) pair find_tool learned
-  from (chalicelib/usage.py): one Query reads them all (at most MEMORY_PAIRS); a reset moves the
+  from (chalicelib/catalog/usage.py): one Query reads them all (at most MEMORY_PAIRS); a reset moves the
   account's `memory_generation` on, so the old partition is out of sight at once, then deleted.
 - `history`: one partition per agent, sorted by event id (time first), append-only: promotions,
   demotions, pins and unpins.
@@ -54,7 +54,7 @@ from pynamodb.attributes import (
 from pynamodb.indexes import AllProjection, GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
-from chalicelib.config import settings
+from chalicelib.base.config import settings
 
 AGENT_SK = "AGENT"
 PROMOTION_PREFIX = "P#"
@@ -106,7 +106,7 @@ class AccountItem(Model):
     allowed_hosts = _strings(null=True)
     # moves on when a person ends every console session of the account
     console_epoch = NumberAttribute(default=0)
-    # find_tool's memory of the account's use (chalicelib/usage.py): the generation names the
+    # find_tool's memory of the account's use (chalicelib/catalog/usage.py): the generation names the
     # partition its pairs live in (a reset moves it on); the revision moves on with every change,
     # so a warm instance rereads the pairs only then (read with the toolbox revision, one GetItem)
     memory_generation = NumberAttribute(null=True)
@@ -430,7 +430,7 @@ class ToolboxItem(Model):
     # where an imported tool came from: {"kind": "openapi", "operation": "GET /pets/{id}", ...}
     # or {"kind": "mcp", "tool": "<the server's own name>"}; absent for a tool authored by hand
     origin = JSONAttribute(null=True)
-    # the hints Workset enforces for the version (chalicelib/guards.py), absent on versions stored
+    # the hints Workset enforces for the version (chalicelib/tools/guards.py), absent on versions stored
     # before guards were kept (guarded as declared); and the person who accepted a loosening of
     # them, when one did. A person's acceptance updates these, never the definition.
     guard = JSONAttribute(null=True)

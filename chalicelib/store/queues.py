@@ -10,8 +10,8 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from chalicelib import log
-from chalicelib.config import settings
+from chalicelib.base import log
+from chalicelib.base.config import settings
 
 SEND_BATCH = 10  # SQS takes at most ten messages per SendMessageBatch
 MAX_RECEIVES = 5  # deliveries before a message is parked in the dead-letter queue

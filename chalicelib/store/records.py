@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chalicelib.clock import SKEW_ALLOWANCE
+from chalicelib.base.clock import SKEW_ALLOWANCE
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ class PolicySetting:
 
 @dataclass(frozen=True)
 class SeenSearch:
-    """One find_tool answer an agent had (chalicelib/usage.py): the request, the hits it listed
+    """One find_tool answer an agent had (chalicelib/catalog/usage.py): the request, the hits it listed
     ("vendor/name"), when, the account's memory generation then, and the hits already credited."""
 
     query: str
@@ -232,7 +232,7 @@ class ToolVersion:
     vector_version: str | None = None
     origin: dict[str, Any] | None = None  # where an imported tool came from
     unavailable: str | None = None  # why the newest version can no longer be called
-    guard: dict[str, Any] | None = None  # the hints Workset enforces (`chalicelib.guards`); None: as declared
+    guard: dict[str, Any] | None = None  # the hints Workset enforces (`chalicelib.tools.guards`); None: as declared
     accepted_by: str | None = None  # the person who accepted this version's looser hints, if one did
     accepted_at: datetime | None = None
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from pynamodb.exceptions import DoesNotExist
 
-from chalicelib.config import settings
-from chalicelib.outcomes import RunStatus
+from chalicelib.base.config import settings
+from chalicelib.base.outcomes import RunStatus
 from chalicelib.store import history
 from chalicelib.store.agents import due_fields
 from chalicelib.store.base import ConditionFailed, key_ok, page, transaction, update_if

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from pynamodb.exceptions import DoesNotExist
 
-from chalicelib.errors import NotFound
+from chalicelib.base.errors import NotFound
 from chalicelib.store.base import update_if
 from chalicelib.store.models import SESSION_PREFIX, AccountItem, ConsoleSessionItem
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from pynamodb.exceptions import DoesNotExist, TransactWriteError
 
-from chalicelib.clock import utcnow
-from chalicelib.errors import Busy
+from chalicelib.base.clock import utcnow
+from chalicelib.base.errors import Busy
 from chalicelib.store.base import ConditionFailed, WriteRefused, cancellation_codes, key_ok, page, transaction
 from chalicelib.store.models import (
     HEAD_PREFIX,
@@ -113,7 +113,7 @@ def toolbox_revision(account_id: str, *, consistent: bool = False) -> int:
 
 def search_revisions(account_id: str) -> tuple[int, Memory]:
     """The toolbox revision, and the generation and revision of what its searches learned from
-    use (chalicelib/usage.py), in one GetItem."""
+    use (chalicelib/catalog/usage.py), in one GetItem."""
     item = AccountItem.get(account_id, attributes_to_get=["account_id", "toolbox_revision", "memory_generation",
                                                           "memory_revision"])
     return int(item.toolbox_revision or 0), memory_of(item)
@@ -150,7 +150,7 @@ class NewVersion:
     vector: bytes | None = field(default=None, repr=False)
     vector_version: str | None = None
     origin: dict[str, Any] | None = None
-    guard: dict[str, Any] | None = None  # the hints Workset will enforce (chalicelib/guards.py)
+    guard: dict[str, Any] | None = None  # the hints Workset will enforce (chalicelib/tools/guards.py)
     accepted_by: str | None = None  # the person whose publish accepts a loosening of them
 
 

@@ -1,4 +1,4 @@
-"""What find_tool learns from an account's use (chalicelib/usage.py), and what an agent's last
+"""What find_tool learns from an account's use (chalicelib/catalog/usage.py), and what an agent's last
 searches answered.
 
 Per account, the pairs live in one partition of the tools table per generation

@@ -10,7 +10,7 @@ from typing import Any
 
 import boto3
 
-from chalicelib.config import settings
+from chalicelib.base.config import settings
 
 
 @lru_cache(maxsize=1)

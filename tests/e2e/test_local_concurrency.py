@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bench.local_scale import TOKEN, Client, Vendor, books, storm, toolbox
 from local import process
+from tests.e2e.conftest import stack_log
 
 CLIENTS = 8
 AGENTS = 4
@@ -23,7 +24,7 @@ def test_concurrent_clients_get_answers_and_leave_exact_books(tmp_path: Path) ->
     vendor = ThreadingHTTPServer(("127.0.0.1", 0), Vendor)
     vendor.daemon_threads = True
     threading.Thread(target=vendor.serve_forever, daemon=True).start()
-    stack = process.start(tmp_path, TOKEN)
+    stack = process.start(tmp_path, TOKEN, log=stack_log(tmp_path))
     try:
         admin = Client(stack.url, TOKEN)
         tools = toolbox(TOOLS, f"http://127.0.0.1:{vendor.server_address[1]}")

@@ -17,7 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Vendor
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import CLIENT_TIMEOUT_SECONDS, Stack
 
 pytestmark = pytest.mark.anyio
 MODES = ["legacy", "2026-07-28"]
@@ -26,7 +26,8 @@ META = ["find_tool", "promote", "demote", "run_tool", "acquire", "get_run", "pin
 
 @asynccontextmanager
 async def connect(stack: Stack, key: str, mode: str) -> AsyncIterator[Client]:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"})
+    # httpx's own 5 s default gave up on a first find_tool that a loaded machine answered in 5.1 s
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=CLIENT_TIMEOUT_SECONDS)
     async with http, Client(streamable_http_client(f"{stack.url}/mcp", http_client=http), mode=mode) as client:
         yield client
 
