@@ -22,7 +22,8 @@ from moto.kms import models as kms_models
 from moto.kms.utils import generate_private_key as moto_generate_private_key
 
 import tests.conftest as harness
-from chalicelib import config, indexes
+from chalicelib.base import config
+from chalicelib.catalog import indexes
 from chalicelib.store import queues, vault
 from chalicelib.store.tables import create_all
 from local import emulator

@@ -10,7 +10,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from chalicelib import config
+from chalicelib.base import config
 from chalicelib.store.models import TABLES
 from local.process import ROOT
 from tests.isolation import lock_path, one_at_a_time
