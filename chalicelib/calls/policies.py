@@ -27,7 +27,7 @@ from chalicelib.catalog import toolbox
 from chalicelib.identity import accounts
 from chalicelib.store import policies as policy_store
 from chalicelib.store.models import ANY_TOOL
-from chalicelib.store.records import Page, PolicySetting
+from chalicelib.store.records import Page
 from chalicelib.tools.definitions import Tool
 
 NONE, FIRST_CALL, EVERY_CALL = "none", "first_call", "every_call"
@@ -35,7 +35,7 @@ ORDER = (NONE, FIRST_CALL, EVERY_CALL)  # least asking first
 SETTABLE = (FIRST_CALL, EVERY_CALL)  # a write asks a person at least on its first call
 VENDOR_DEFAULT = ANY_TOOL  # a history event's name for a change of a vendor's default
 
-Settings = dict[tuple[str, str | None], PolicySetting]
+Settings = toolbox.Policies  # read with the tools they apply to (toolbox.resolve_with_policies)
 
 
 def default(tool: Tool) -> str:
