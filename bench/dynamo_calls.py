@@ -64,6 +64,13 @@ OPERATIONS = [
     ("run_tool (read tool, not promoted)", None),
     ("promote of a tool find_tool just listed (learns the pair)", None),
     ("find_tool, warm, after the account learned a pair", None),
+    # issue 26: an agent whose 5 promoted tools write (approval policy first_call, a person's policy
+    # set on one tool and on the vendor's default): the policies are read in the same BatchGetItem
+    # as the tools they apply to, so each costs what it costs for reads
+    ("tools/list (5 promoted writes)", 2),
+    ("promote of a write tool", 4),
+    ("first-class call of an approved write tool", 4),
+    ("find_tool, warm, hits that write", 4),
     # issue 15: OAuth (Workset as its own authorization server)
     ("OAuth: redeem a code at /oauth/token", None),
     ("tools/list with an OAuth access token (nothing promoted)", 1),  # one Query authenticates it too
@@ -117,6 +124,13 @@ def main() -> None:
             prepare = {"promote of a tool find_tool just listed (learns the pair)": lambda: (
                 mcp.call("demote", {"vendor": "unleashed", "name": "tool-5"}),
                 mcp.call("find_tool", {"query": "unleashed sales orders tool 5"}))}
+            writer = _writer(client, admin, vendor_url)
+            runs |= {
+                "tools/list (5 promoted writes)": lambda: writer.post("tools/list"),
+                "promote of a write tool": lambda: writer.call("promote", {"vendor": "writes", "name": "write-5"}),
+                "first-class call of an approved write tool": lambda: writer.call("writes__write-0", {"customer": "a"}),
+                "find_tool, warm, hits that write": lambda: writer.call("find_tool", {"query": "create sales order"}),
+            }
             oauth_client = _OAuthClient(client, account.account_id, admin.create_agent("chat")["id"])
             runs |= {
                 "OAuth: redeem a code at /oauth/token": oauth_client.redeem,
@@ -132,6 +146,24 @@ def main() -> None:
                 verdict = "" if target is None else ("ok" if len(made) <= target else "OVER")
                 shown = "-" if target is None else f"<= {target}"
                 print(f"{label:45} {len(made):5} {shown:>6}  {dict(Counter(made))} {verdict}")
+
+
+def _writer(client, admin, vendor_url: str):
+    """An agent with five promoted write tools of vendor `writes` (a sixth unpromoted), a person's
+    policy on one of them and on the vendor's default, and the first call of write-0 approved."""
+    from tests.conftest import Mcp
+
+    for index in range(6):
+        admin.publish(vendor="writes", name=f"write-{index}", description=f"Create sales order {index}.",
+                      annotations={"destructiveHint": False}, request={"method": "POST", "url": f"{vendor_url}/x"})
+    admin.call("PUT", "/v1/tools/writes/write-1/approval-policy", {"policy": "every_call"})
+    admin.call("PUT", "/v1/vendors/writes/approval-policy", {"policy": "first_call"})
+    writer = Mcp(client, admin.create_agent("writer")["api_key"])
+    for index in range(5):
+        writer.call("promote", {"vendor": "writes", "name": f"write-{index}"})
+    run_id = writer.call("writes__write-0", {"customer": "a"})["structuredContent"]["run_id"]
+    admin.call("POST", f"/v1/approvals/{run_id}/approve")
+    return writer
 
 
 class _OAuthClient:

@@ -217,6 +217,10 @@ def exercise_store() -> set[str]:
     # approval policies: a person's setting and its record of who made it
     run(policies.put, "acct", "acme", "orders", "every_call", "admin", now)
     assert run(policies.get_many, "acct", [("acme", "orders"), ("acme", None)])[("acme", "orders")].policy == "every_call"
+    # the tools and the policies that can apply to them, in one batch read of the tools table
+    both = run(tools.get_with_policies, "acct", heads=[("acme", "orders")], versions=[("acme", "orders", 1)])
+    assert ("acme", "orders") in both.heads and ("acme", "orders", 1) in both.versions
+    assert both.policies[("acme", "orders")].policy == "every_call" and ("acme", None) not in both.policies
     assert [setting.name for setting in run(policies.list_all, "acct", limit=10).items] == ["orders"]
     assert len(run(policies.history, "acct", limit=10).items) == 1
     assert [r.run_id for r in run(runs.list_for_agent, "a1", limit=10).items] == ["r6", "r4", "r3", "r2", "r1"]
@@ -372,7 +376,7 @@ NOT_CALLED_BY_THE_FUNCTION = {"base", "models", "records", "tables"}
 PURE = {"chalicelib.store.history.new_item", "chalicelib.store.history.decision_item", "chalicelib.store.agents.due_fields",
         "chalicelib.store.agents.review_actions", "chalicelib.store.agents.decision_record",
         "chalicelib.store.base.page", "chalicelib.store.usage.pair_sk", "chalicelib.store.usage.memory_of",
-        "chalicelib.store.usage.searches_of"}
+        "chalicelib.store.usage.searches_of", "chalicelib.store.policies.setting_of"}
 # Public store functions that only the local stack and tests call: the deployed function must
 # not be able to (the template makes the key and its alias), or need not (the template makes the
 # queues, and Lambda's event sources receive and delete their messages).

@@ -193,15 +193,20 @@ def test_the_console_sets_a_policy_and_marks_every_call_waits(admin: Admin, cons
     assert admin.call("GET", "/v1/tools/unleashed/create-order/approval-policy").json_body["policy"] == "every_call"
 
 
-def test_the_policy_costs_a_write_call_one_batch_read_and_a_read_call_nothing(admin: Admin, mcp: Mcp,
-                                                                               tools: None) -> None:
+def test_the_policy_is_read_with_the_tool_so_a_write_call_costs_what_a_read_call_does(admin: Admin, mcp: Mcp,
+                                                                                       tools: None) -> None:
+    # GIVEN a person's policy for the write (so the read finds one)
+    _policy(admin, "/v1/tools/unleashed/create-order", "first_call")
     counter = DynamoCalls().install()
     with counter.measure() as read_call:
         mcp.call("run_tool", {"vendor": "unleashed", "name": "list-orders", "input": {"customer": "a"}})
     with counter.measure() as write_call:
-        mcp.call("run_tool", {**CREATE, "input": {"customer": "a"}})
-    assert "BatchGetItem" not in read_call
-    assert write_call.count("BatchGetItem") == 1, write_call
+        waiting = mcp.call("run_tool", {**CREATE, "input": {"customer": "a"}})["structuredContent"]
+    # THEN the tool and its policies are one BatchGetItem, no GetItem of the tool beside it
+    assert waiting["status"] == "awaiting_approval", waiting
+    assert read_call.count("BatchGetItem") == write_call.count("BatchGetItem") == 1, (read_call, write_call)
+    assert "GetItem" not in write_call, write_call
+    assert len(write_call) <= len(read_call), (read_call, write_call)
 
 
 def test_a_vendors_default_is_named_alike_in_the_settings_and_their_history(admin: Admin, tools: None) -> None:

@@ -395,3 +395,40 @@ def test_a_store_fault_on_the_retry_is_not_taken_for_a_bad_state(admin: Admin, m
     assert answer.json_body["error"]["code"] != -32602, answer.json_body
     assert "requestState" not in answer.json_body["error"]["message"]
     assert len(_pending(admin)) == 1
+
+
+def test_the_denial_says_a_person_never_the_admins_label(admin: Admin, modern: Mcp, vendor: Vendor) -> None:
+    # GIVEN a call a person denied through the admin API (recorded as an `admin:<hash>` decider)
+    state = _first(modern)["requestState"]
+    run_id = _pending(admin)[0]["id"]
+    assert admin.call("POST", f"/v1/approvals/{run_id}/deny").json_body["status"] == "denied"
+    # WHEN the client retries
+    error = _retry(modern, state).json_body["result"]["structuredContent"]["error"]
+    # THEN the agent hears "a person", as get_run and a standing denial say, never who
+    assert error["message"].startswith("a person denied this call"), error
+    assert "admin" not in error["message"]
+
+
+def test_input_required_answers_from_the_run_it_started_without_reading_it_again(
+        admin: Admin, modern: Mcp, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.dynamo_calls import DynamoCalls
+
+    counter = DynamoCalls().install()
+    # GIVEN the same waiting call answered today's way (no URL mode), and a store that fails any
+    # read of a run by id (which answering input_required must not need)
+    with counter.measure() as plain:
+        modern.capabilities = {}
+        assert _first(modern)["structuredContent"]["status"] == "awaiting_approval"
+
+    def failing(*args: Any) -> Any:
+        raise StoreUnavailable("DynamoDB is failing")
+
+    monkeypatch.setattr(approvals.runs, "get_for_agent", failing)
+    modern.capabilities = URL_MODE
+    with counter.measure() as elicited:
+        result = _first(modern, customer="globex")
+    # THEN the call answers input_required for its run, with no DynamoDB call more than today's answer
+    assert result["resultType"] == "input_required", result
+    run_ids = {run["id"] for run in _pending(admin)}
+    assert result["inputRequests"][INPUT_KEY]["params"]["url"].rsplit("/", 1)[1] in run_ids
+    assert len(elicited) == len(plain), (plain, elicited)

@@ -164,7 +164,7 @@ def test_a_crash_is_one_request_line_counted_as_an_error(mcp: Mcp, logged: Any,
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("simulated crash")
 
-    monkeypatch.setattr(workingset, "promoted_tools", boom)
+    monkeypatch.setattr(workingset, "promoted_tools_with_policies", boom)
     mcp.post("tools/list")
     [line] = lines(logged, "mcp.request")
     [crash] = lines(logged, "mcp.internal_error")

@@ -409,7 +409,7 @@ def _boom(*args: Any, **kwargs: Any) -> Any:
 def test_a_crash_in_mcp_is_internal_error_with_the_id_and_is_logged(mcp: Mcp, modern: bool, logged: Any,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN the working set crashes
-    monkeypatch.setattr(workingset, "promoted_tools", _boom)
+    monkeypatch.setattr(workingset, "promoted_tools_with_policies", _boom)
     mcp.modern = modern
     # WHEN the agent lists its tools
     answer = mcp.post("tools/list")

@@ -81,6 +81,12 @@ def promoted_tools(state: AgentState) -> list[Tool]:
     return toolbox.resolve_many(state.agent.account_id, keys)
 
 
+def promoted_tools_with_policies(state: AgentState) -> tuple[list[Tool], toolbox.Policies]:
+    """`promoted_tools`, and the approval policies that can apply to them, in the same batch reads."""
+    keys = [(p.vendor, p.name) for p in state.promotions]
+    return toolbox.resolve_many_with_policies(state.agent.account_id, keys)
+
+
 def history(agent_id: str, *, limit: int, cursor: str | None = None) -> Page:
     """The agent's promotions, demotions, pins and unpins, newest first."""
     return history_store.list_events(agent_id, limit=limit, cursor=cursor)

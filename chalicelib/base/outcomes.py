@@ -9,6 +9,7 @@ run's status as the same `RunStatus` (a `StrEnum`: stored values and JSON are th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -38,6 +39,16 @@ LIVE = (RunStatus.AWAITING, RunStatus.RUNNING)  # a run holding its agent's leas
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """A run that waits on a person, as the call that started it knows it (no read needed)."""
+
+    run_id: str
+    vendor: str
+    name: str
+    expires_at: datetime  # when the wait ends (the run's lease)
+
+
+@dataclass(frozen=True)
 class Outcome:
     """A call's answer: `structured` is the tool result's structuredContent; `status` is what
     the run records (`succeeded`, `failed`, `awaiting_approval`)."""
@@ -48,6 +59,7 @@ class Outcome:
     run_id: str | None = None
     list_changed: bool = False  # the call changed the caller's working set
     mcp: bool = False  # `structured` is an MCP server's own tool result (content, structuredContent), passed on
+    waiting: Waiting | None = None  # the run, when the call waits on a person
 
 
 def failure(error: WorksetError) -> Outcome:

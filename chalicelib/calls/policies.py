@@ -27,7 +27,7 @@ from chalicelib.catalog import toolbox
 from chalicelib.identity import accounts
 from chalicelib.store import policies as policy_store
 from chalicelib.store.models import ANY_TOOL
-from chalicelib.store.records import Page, PolicySetting
+from chalicelib.store.records import Page
 from chalicelib.tools.definitions import Tool
 
 NONE, FIRST_CALL, EVERY_CALL = "none", "first_call", "every_call"
@@ -35,7 +35,7 @@ ORDER = (NONE, FIRST_CALL, EVERY_CALL)  # least asking first
 SETTABLE = (FIRST_CALL, EVERY_CALL)  # a write asks a person at least on its first call
 VENDOR_DEFAULT = ANY_TOOL  # a history event's name for a change of a vendor's default
 
-Settings = dict[tuple[str, str | None], PolicySetting]
+Settings = toolbox.Policies  # read with the tools they apply to (toolbox.resolve_with_policies)
 
 
 def default(tool: Tool) -> str:
@@ -46,7 +46,8 @@ def default(tool: Tool) -> str:
 
 
 def effective(tool: Tool, settings: Settings) -> str:
-    """The policy a call of `tool` is held to, given the account's settings (`settings_for`)."""
+    """The policy a call of `tool` is held to, given the account's settings: read with the tool on
+    hot paths (`toolbox.resolve_with_policies` and its kin: no read of their own), else `settings_for`."""
     if not tool.writes:
         return NONE
     own = settings.get(tool.key)
@@ -62,15 +63,11 @@ def effective(tool: Tool, settings: Settings) -> str:
 
 
 def settings_for(account_id: str, tools: Iterable[Tool]) -> Settings:
-    """The settings that can apply to these tools (one batch read; none when no tool writes)."""
+    """The settings that can apply to tools read apart (the admin API's, the console's): one batch
+    read, none when no tool writes."""
     writes = [tool for tool in tools if tool.writes]
     keys: list[tuple[str, str | None]] = [key for tool in writes for key in (tool.key, (tool.spec.vendor, None))]
     return policy_store.get_many(account_id, keys) if keys else {}
-
-
-def of(account_id: str, tool: Tool) -> str:
-    """The policy a call of `tool` is held to now."""
-    return effective(tool, settings_for(account_id, [tool]))
 
 
 def set_policy(account_id: str, vendor: str, name: str | None, policy: Any, person: str, now: datetime) -> str | None:

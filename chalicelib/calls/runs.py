@@ -46,7 +46,7 @@ from chalicelib.base.errors import (
     VendorTimeout,
     WorksetError,
 )
-from chalicelib.base.outcomes import Outcome, RunStatus, failure
+from chalicelib.base.outcomes import Outcome, RunStatus, Waiting, failure
 from chalicelib.base.validation import check_instance
 from chalicelib.calls import policies, run_ends, vendor
 from chalicelib.catalog import toolbox
@@ -71,18 +71,20 @@ def call(state: AgentState, vendor_name: str, name: str, arguments: Any, *, dry_
     """Call a tool for an agent. Unknown tools raise ToolNotFound; every other failure is an
     error Outcome. A first-class call may pass `dryRun` among its arguments unless the tool's own
     schema has a field of that name."""
-    tool = toolbox.resolve(state.agent.account_id, vendor_name, name)
+    # the tool and the approval policies that can apply to it: one read
+    tool, settings = toolbox.resolve_with_policies(state.agent.account_id, vendor_name, name)
     arguments, dry_run = _split_dry_run(tool, arguments, dry_run)
     try:
         _check_call(state, tool, arguments)
-        return _call_checked(state, tool, arguments, dry_run=dry_run, now=now)
+        return _call_checked(state, tool, arguments, policies.effective(tool, settings), dry_run=dry_run, now=now)
     except WorksetError as error:  # refused, or not recorded (so not sent)
         return failure(error)
 
 
-def _call_checked(state: AgentState, tool: Tool, arguments: dict[str, Any], *, dry_run: bool,
+def _call_checked(state: AgentState, tool: Tool, arguments: dict[str, Any], policy: str, *, dry_run: bool,
                   now: datetime) -> Outcome:
-    """A call that passed its checks: refused by a standing denial, waiting on a person, or run."""
+    """A call that passed its checks: refused by a standing denial, waiting on a person, or run;
+    `policy` is the approval policy the tool is held to."""
     vendor_name, name = tool.key
     standing = _standing_decision(state, tool)
     if standing == DENY and not (dry_run and tool.writes):  # a preview of a write reaches nothing
@@ -95,7 +97,7 @@ def _call_checked(state: AgentState, tool: Tool, arguments: dict[str, Any], *, d
     use_due_at = idle_deadline(state, now) if promotion is not None else None
     pinned = promotion is not None and promotion.pinned
     # every_call: a person's earlier approval is never reused (each call is its own run)
-    every_call = tool.writes and not dry_run and policies.of(state.agent.account_id, tool) == policies.EVERY_CALL
+    every_call = tool.writes and not dry_run and policy == policies.EVERY_CALL
     if tool.writes and not dry_run and (standing != ALLOW or every_call):
         lease = now + timedelta(seconds=settings().approval_ttl_seconds)
         run = _new_run(state, tool, arguments, RunStatus.AWAITING, lease, now, dry_run=False)
@@ -220,6 +222,7 @@ def waiting(run: Run) -> Outcome:
         structured={"status": RunStatus.AWAITING, "run_id": run.run_id, "approval_url": approval_url(run.run_id)},
         status=RunStatus.AWAITING,
         run_id=run.run_id,
+        waiting=Waiting(run.run_id, run.vendor, run.name, run.lease_expires_at),
     )
 
 

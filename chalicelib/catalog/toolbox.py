@@ -28,7 +28,7 @@ from chalicelib.store import agents as agent_store
 from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed
 from chalicelib.store.base import unavailable as store_unavailable
-from chalicelib.store.records import AgentState, Page, ToolVersion
+from chalicelib.store.records import AgentState, Page, PolicySetting, ToolVersion
 from chalicelib.store.tools import NewVersion
 from chalicelib.tools import guards
 from chalicelib.tools.definitions import Tool, ToolSpec
@@ -213,6 +213,26 @@ def resolve_many(account_id: str, keys: list[tuple[str, str]]) -> list[Tool]:
     return [_tool(heads[key]) for key in keys if key in heads]
 
 
+# the approval policies a person set that can apply to some tools, by (vendor, name), a name of
+# None being the vendor's default (chalicelib/calls/policies.py decides what they mean)
+Policies = dict[tuple[str, str | None], PolicySetting]
+
+
+def resolve_with_policies(account_id: str, vendor: str, name: str) -> tuple[Tool, Policies]:
+    """`resolve`, and the policies that can apply to the tool, in one read (a BatchGetItem)."""
+    found = tool_store.get_with_policies(account_id, heads=[(vendor, name)])
+    head = found.heads.get((vendor, name))
+    if head is None:
+        raise ToolNotFound(vendor, name)
+    return _tool(head), found.policies
+
+
+def resolve_many_with_policies(account_id: str, keys: list[tuple[str, str]]) -> tuple[list[Tool], Policies]:
+    """`resolve_many`, and the policies that can apply to those tools, in the same batch reads."""
+    found = tool_store.get_with_policies(account_id, heads=keys)
+    return [_tool(found.heads[key]) for key in keys if key in found.heads], found.policies
+
+
 def page(account_id: str, *, limit: int, cursor: str | None) -> Page:
     """One page of the toolbox (newest versions), ordered by vendor and name."""
     return tool_store.page_heads(account_id, limit=limit, cursor=cursor)
@@ -228,17 +248,30 @@ def versions(account_id: str, vendor: str, name: str, *, consistent: bool = Fals
 
 
 def search(account_id: str, query: str, limit: int) -> tuple[list[Tool], int]:
+    """The best `limit` tools for a query, and how many more matched (`search_with_policies`)."""
+    found, more, _ = search_with_policies(account_id, query, limit, policies=False)
+    return found, more
+
+
+def search_with_policies(account_id: str, query: str, limit: int, *,
+                         policies: bool = True) -> tuple[list[Tool], int, Policies]:
     """The best `limit` tools for a query, and how many more matched (counted up to
     MORE_COUNTED). The index is the warm instance's, kept current with the toolbox
     (chalicelib/catalog/indexes.py), and so is what the account's use taught it (chalicelib/catalog/usage.py); a
     request for several things is split into its intents (chalicelib/search/queries.py); the hits
-    are read fresh (one BatchGetItem)."""
+    are read fresh (one BatchGetItem), with the approval policies that can apply to them unless
+    `policies` is False (same BatchGetItem)."""
     from chalicelib.search import queries  # the search package: loaded by the first search, as in _publish
 
     try:
         index, learned = indexes.current_with_memory(account_id)
         hits = queries.search(index, query, limit + MORE_COUNTED, memory=usage.memory(account_id, learned))
-        return resolve_many(account_id, [indexes.tool_of(key) for key, _ in hits[:limit]]), max(len(hits) - limit, 0)
+        keys = [indexes.tool_of(key) for key, _ in hits[:limit]]
+        more = max(len(hits) - limit, 0)
+        if not policies:
+            return resolve_many(account_id, keys), more, {}
+        found, settings = resolve_many_with_policies(account_id, keys)
+        return found, more, settings
     except Exception as error:
         if not store_unavailable(error):
             raise

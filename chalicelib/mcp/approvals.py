@@ -41,7 +41,7 @@ from chalicelib.agents import workingset
 from chalicelib.base.clock import utcnow
 from chalicelib.base.config import settings
 from chalicelib.base.errors import ListenLimit, ToolDenied, WorksetError
-from chalicelib.base.outcomes import Outcome, RunStatus, failure, tool_result
+from chalicelib.base.outcomes import Outcome, RunStatus, Waiting, failure, tool_result
 from chalicelib.calls import runs
 from chalicelib.net.protocol import INVALID_PARAMS, ProtocolError, Request
 from chalicelib.store.records import AgentState, Run
@@ -68,22 +68,21 @@ def url_mode(capabilities: Any) -> bool:
     return isinstance(elicitation, Mapping) and isinstance(elicitation.get("url"), Mapping) and bool(_key())
 
 
-def message(run: Run) -> str:
+def message(vendor: str, name: str) -> str:
     """What the client shows the person beside the URL."""
-    return (f"A person must approve this call of {run.vendor}__{run.name} before it reaches the vendor. "
+    return (f"A person must approve this call of {vendor}__{name} before it reaches the vendor. "
             "Open the page to review its input and approve or deny it.")
 
 
 # -- 2026-07-28 ---------------------------------------------------------------------------------
 
-def input_required(state: AgentState, run_id: str, name: str, arguments: dict[str, Any],
-                   now: datetime) -> dict[str, Any]:
-    """The InputRequiredResult for a call that now waits on a person."""
-    run = runs.get_for_agent(state, run_id, now)
-    params = {"mode": "url", "message": message(run), "url": runs.approval_url(run.run_id)}
+def input_required(state: AgentState, waiting: Waiting, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The InputRequiredResult for a call that now waits on a person: from the run the call just
+    started, as the call knows it (not read again)."""
+    params = {"mode": "url", "message": message(waiting.vendor, waiting.name), "url": runs.approval_url(waiting.run_id)}
     return {"resultType": "input_required",
             "inputRequests": {INPUT_KEY: {"method": "elicitation/create", "params": params}},
-            "requestState": seal(state, run, name, arguments)}
+            "requestState": seal(state, waiting.run_id, waiting.expires_at, name, arguments)}
 
 
 def is_retry(request: Request) -> bool:
@@ -109,10 +108,10 @@ def continue_call(state: AgentState, request: Request, name: str, arguments: dic
     return tool_result(answer_for(run))
 
 
-def seal(state: AgentState, run: Run, name: str, arguments: dict[str, Any]) -> str:
+def seal(state: AgentState, run_id: str, expires_at: datetime, name: str, arguments: dict[str, Any]) -> str:
     """The requestState: who, which run, which call, until when; HMAC-SHA256 over all of it."""
-    payload = {"v": STATE_VERSION, "agent": state.agent.agent_id, "run": run.run_id, "call": _digest(name, arguments),
-               "exp": int(run.lease_expires_at.timestamp())}
+    payload = {"v": STATE_VERSION, "agent": state.agent.agent_id, "run": run_id, "call": _digest(name, arguments),
+               "exp": int(expires_at.timestamp())}
     body = _b64(json.dumps(payload, separators=(",", ":")).encode())
     return f"{body}.{_mac(body)}"
 
@@ -160,7 +159,7 @@ def elicit_in_stream(state: AgentState, run_id: str, now: datetime) -> tuple[lis
     events: list[dict[str, Any]] = [{
         "jsonrpc": "2.0", "id": f"approval-{run.run_id}", "method": "elicitation/create",
         "params": {"mode": "url", "elicitationId": run.run_id, "url": runs.approval_url(run.run_id),
-                   "message": message(run)},
+                   "message": message(run.vendor, run.name)},
     }]
     run = wait_for_decision(state, run, settings().approval_hold_seconds)
     if run.status != RunStatus.AWAITING:
@@ -207,7 +206,8 @@ def answer_for(run: Run) -> Outcome:
     if run.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
         return runs.recorded_answer(run)
     if run.status == RunStatus.DENIED:
-        return _ended(ToolDenied(f"{run.decided_by or 'a person'} denied this call; it never reached the vendor"), run)
+        # "a person", as get_run and a standing denial say: who decided is for the account's people
+        return _ended(ToolDenied("a person denied this call; it never reached the vendor"), run)
     if run.status == RunStatus.EXPIRED:
         return _ended(ApprovalExpired("nobody approved this call in time; it never reached the vendor"), run)
     if run.status == RunStatus.AWAITING:

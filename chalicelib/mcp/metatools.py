@@ -209,8 +209,7 @@ def split_name(tool_name: str) -> tuple[str, str] | None:
 
 def _find_tool(call: Call, raw: Any) -> Outcome:
     args = parse(FindToolArgs, raw)
-    found, more = toolbox.search(call.state.agent.account_id, args.query, args.limit)
-    settings = policies.settings_for(call.state.agent.account_id, found)  # read only when a hit writes
+    found, more, settings = toolbox.search_with_policies(call.state.agent.account_id, args.query, args.limit)
     hits = [compact.hit(call.state, tool, first=index == 0, approval=policies.effective(tool, settings))
             for index, tool in enumerate(found)]
     usage.observe_search(call.state, args.query, [(tool.spec.vendor, tool.spec.name) for tool in found], call.now)
@@ -224,13 +223,14 @@ def _find_tool(call: Call, raw: Any) -> Outcome:
 
 def _promote(call: Call, raw: Any) -> Outcome:
     args = parse(PromoteArgs, raw)
+    # the tool and the policies that can apply to it: one read
+    tool, settings = toolbox.resolve_with_policies(call.state.agent.account_id, args.vendor, args.name)
     change = workingset.promote(call.state, args.vendor, args.name, by=PromotedBy.AGENT,
-                                actor=call.state.agent.agent_id, now=call.now, pinned=args.pinned)
+                                actor=call.state.agent.agent_id, now=call.now, tool=tool, pinned=args.pinned)
     assert change.tool is not None
     usage.credit(call.state, args.vendor, args.name, call.now)
-    answer: dict[str, Any] = {"size": change.size,
-                              "tool": tool_definition(change.tool, policies.of(call.state.agent.account_id,
-                                                                               change.tool))}
+    answer: dict[str, Any] = {"size": change.size, "tool": tool_definition(change.tool,
+                                                                           policies.effective(change.tool, settings))}
     if args.pinned:
         answer["pinned"] = change.pinned
     return Outcome(structured=answer, list_changed=change.changed)

@@ -14,7 +14,7 @@ from chalicelib.base.clock import utcnow
 from chalicelib.base.config import settings
 from chalicelib.base.errors import ListenLimit, WorksetError
 from chalicelib.base.outcomes import Outcome, RunStatus, failure, tool_result
-from chalicelib.calls import policies, runs
+from chalicelib.calls import runs
 from chalicelib.catalog import usage
 from chalicelib.identity import accounts
 from chalicelib.mcp import approvals, extensions, tasks
@@ -151,8 +151,7 @@ def _list_tools(state: AgentState, request: Request, now: datetime) -> dict[str,
     """The agent's tools, a page at a time: a page ends once it passes LIST_PAGE_BYTES, so however
     large the definitions an agent promoted, no answer outgrows what Lambda and API Gateway carry
     (a definition is at most 320 KB; a page holds at least one)."""
-    promoted = workingset.promoted_tools(state)
-    tools = listed(promoted, policies.settings_for(state.agent.account_id, promoted))
+    tools = listed(*workingset.promoted_tools_with_policies(state))  # the tools and their policies: one read
     start = _list_offset(request.params.get("cursor"))
     end, size = start, 0
     while end < len(tools) and (end == start or size <= LIST_PAGE_BYTES):
@@ -187,10 +186,10 @@ def _call_tool(state: AgentState, request: Request, now: datetime) -> Reply:
     outcome = _call(state, name, arguments, now)
     if outcome.status == RunStatus.AWAITING and outcome.run_id and tasks.declared(request):
         return Reply(tasks.created(outcome.run_id, state, now))
-    if outcome.status == RunStatus.AWAITING and outcome.run_id and approvals.url_mode(request.client_capabilities):
+    if outcome.waiting is not None and approvals.url_mode(request.client_capabilities):
         if request.modern:
-            return Reply(approvals.input_required(state, outcome.run_id, name, arguments, now))
-        events, result = approvals.elicit_in_stream(state, outcome.run_id, now)
+            return Reply(approvals.input_required(state, outcome.waiting, name, arguments))
+        events, result = approvals.elicit_in_stream(state, outcome.waiting.run_id, now)
         return Reply(result, events=events)
     return Reply(tool_result(outcome), changed=outcome.list_changed)
 

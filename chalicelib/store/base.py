@@ -135,6 +135,26 @@ def key_ok(*parts: str) -> bool:
                for part in parts)
 
 
+BATCH_GET_KEYS = 100  # DynamoDB's BatchGetItem reads at most 100 keys
+
+
+def batch_get_raw(model: type[Model], keys: list[tuple[str, str]], *, consistent: bool = False) -> list[dict[str, Any]]:
+    """The raw items of these (hash, range) keys of `model`'s table, whatever model each item is
+    (the caller deserialises each with its own model's `from_raw_data`): one BatchGetItem per 100
+    keys, keys DynamoDB left unprocessed asked again, as pynamodb's `Model.batch_get` does."""
+    hash_name, range_name = model._hash_key_attribute().attr_name, model._range_key_attribute().attr_name
+    wanted = [{hash_name: {"S": hash_key}, range_name: {"S": range_key}} for hash_key, range_key in dict.fromkeys(keys)]
+    table = model._get_connection()
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(wanted), BATCH_GET_KEYS):
+        batch: list[dict[str, Any]] | None = wanted[start:start + BATCH_GET_KEYS]
+        while batch:
+            answer = table.batch_get_item(batch, consistent_read=consistent)  # type: ignore[arg-type]  # key maps, as Model.batch_get sends
+            found.extend(answer.get("Responses", {}).get(model.Meta.table_name, []))
+            batch = answer.get("UnprocessedKeys", {}).get(model.Meta.table_name, {}).get("Keys")
+    return found
+
+
 def update_if(item: Any, actions: list[Any], condition: Any) -> bool:
     """One conditional UpdateItem; False (and nothing written) when the condition does not hold."""
     try:

@@ -22,13 +22,13 @@ def get_many(account_id: str, keys: Iterable[tuple[str, str | None]]) -> dict[tu
                                 for vendor, name in keys))
     if not wanted:
         return {}
-    found = (_record(item) for item in PolicyItem.batch_get(wanted))
+    found = (setting_of(item) for item in PolicyItem.batch_get(wanted))
     return {(setting.vendor, setting.name): setting for setting in found}
 
 
 def list_all(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
     """The account's settings, by vendor and name (a vendor's default first)."""
-    return page(PolicyItem, policy_partition(account_id), limit=limit, cursor=cursor, record=_record)
+    return page(PolicyItem, policy_partition(account_id), limit=limit, cursor=cursor, record=setting_of)
 
 
 def put(account_id: str, vendor: str, name: str | None, policy: str | None, person: str, now: datetime) -> None:
@@ -50,6 +50,6 @@ def history(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
     return list_events(policy_partition(account_id), limit=limit, cursor=cursor)
 
 
-def _record(item: PolicyItem) -> PolicySetting:
+def setting_of(item: PolicyItem) -> PolicySetting:
     return PolicySetting(vendor=item.vendor, name=None if item.name == ANY_TOOL else item.name, policy=item.policy,
                          set_by=item.set_by, set_at=item.set_at)

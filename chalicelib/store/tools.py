@@ -19,11 +19,21 @@ from pynamodb.exceptions import DoesNotExist, TransactWriteError
 
 from chalicelib.base.clock import utcnow
 from chalicelib.base.errors import Busy
-from chalicelib.store.base import ConditionFailed, WriteRefused, cancellation_codes, key_ok, page, transaction
+from chalicelib.store.base import (
+    ConditionFailed,
+    WriteRefused,
+    batch_get_raw,
+    cancellation_codes,
+    key_ok,
+    page,
+    transaction,
+)
 from chalicelib.store.models import (
+    ANY_TOOL,
     HEAD_PREFIX,
     VERSION_PREFIX,
     AccountItem,
+    PolicyItem,
     ToolboxItem,
     ToolChangeItem,
     ToolHeadItem,
@@ -31,9 +41,12 @@ from chalicelib.store.models import (
     change_partition,
     change_sk,
     head_sk,
+    policy_partition,
+    policy_sk,
     version_sk,
 )
-from chalicelib.store.records import Page, ToolVersion
+from chalicelib.store.policies import setting_of
+from chalicelib.store.records import Page, PolicySetting, ToolVersion
 from chalicelib.store.usage import Memory, memory_of
 
 
@@ -71,6 +84,48 @@ def get_versions(account_id: str, versions: Iterable[tuple[str, str, int]]) -> l
     """Several versions, (vendor, name, version) each, in batch reads (unknown ones left out)."""
     keys = [(account_id, version_sk(vendor, name, version)) for vendor, name, version in versions]
     return [_record(item) for item in ToolVersionItem.batch_get(keys)] if keys else []
+
+
+PolicyKey = tuple[str, str | None]  # (vendor, name); a name of None is the vendor's default
+
+
+@dataclass(frozen=True)
+class ToolsAndPolicies:
+    """What `get_with_policies` found: heads by (vendor, name), versions by (vendor, name,
+    version), and the approval policies a person set, by (vendor, name or None)."""
+
+    heads: dict[tuple[str, str], ToolVersion] = field(default_factory=dict)
+    versions: dict[tuple[str, str, int], ToolVersion] = field(default_factory=dict)
+    policies: dict[PolicyKey, PolicySetting] = field(default_factory=dict)
+
+
+def get_with_policies(account_id: str, *, heads: Iterable[tuple[str, str]] = (),
+                      versions: Iterable[tuple[str, str, int]] = ()) -> ToolsAndPolicies:
+    """These tools (newest versions, or given versions) and the approval policies that can apply to
+    them (each tool's own, its vendor's default), in the same batch reads: the policies live in the
+    same table, so asking for them costs keys, not calls (100 keys per BatchGetItem). Keys no item
+    can have (from outside: too long, empty) are not sent; unknown ones are left out."""
+    heads, versions = list(heads), list(versions)
+    tools = list(dict.fromkeys([*heads, *((vendor, name) for vendor, name, _ in versions)]))
+    policies = list(dict.fromkeys(key for vendor, name in tools for key in ((vendor, name), (vendor, ANY_TOOL))))
+    keys = [(account_id, head_sk(vendor, name)) for vendor, name in heads]
+    keys += [(account_id, version_sk(vendor, name, number)) for vendor, name, number in versions]
+    keys += [(policy_partition(account_id), policy_sk(vendor, name)) for vendor, name in policies]
+    keys = [key for key in keys if key_ok(*key)]
+    found = ToolsAndPolicies()
+    if not keys:
+        return found
+    for raw in batch_get_raw(ToolboxItem, keys):
+        if raw["account_id"]["S"] == account_id:
+            record = _record(ToolboxItem.from_raw_data(raw))
+            if raw["sk"]["S"].startswith(HEAD_PREFIX):
+                found.heads[(record.vendor, record.name)] = record
+            elif raw["sk"]["S"].startswith(VERSION_PREFIX):
+                found.versions[(record.vendor, record.name, record.version)] = record
+        else:
+            setting = setting_of(PolicyItem.from_raw_data(raw))
+            found.policies[(setting.vendor, setting.name)] = setting
+    return found
 
 
 def list_heads(account_id: str) -> list[ToolVersion]:
