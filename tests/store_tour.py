@@ -375,6 +375,7 @@ NOT_CALLED_BY_THE_FUNCTION = {"base", "models", "records", "tables"}
 # Public store functions that build items, attributes or update actions without calling AWS.
 PURE = {"chalicelib.store.history.new_item", "chalicelib.store.history.decision_item", "chalicelib.store.agents.due_fields",
         "chalicelib.store.agents.review_actions", "chalicelib.store.agents.decision_record",
+        "chalicelib.store.agents.idle_deadline",
         "chalicelib.store.base.page", "chalicelib.store.usage.pair_sk", "chalicelib.store.usage.memory_of",
         "chalicelib.store.usage.searches_of", "chalicelib.store.policies.setting_of"}
 # Public store functions that only the local stack and tests call: the deployed function must
