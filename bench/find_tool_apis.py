@@ -107,7 +107,7 @@ def at_revision(revision: str) -> tuple[Any, Any]:
     """(structure, index) modules as they were at `revision`, loaded beside today's (their other
     imports are today's modules): the "before" ranking of a side-by-side run."""
     loaded: list[types.ModuleType] = []
-    saved = sys.modules.get("chalicelib.search.structure")
+    saved = importlib.import_module("chalicelib.search.structure")  # today's, put back below
     try:
         for path, name in (("chalicelib/search/structure.py", "bench_before_structure"),
                            ("chalicelib/search/index.py", "bench_before_index")):
@@ -122,8 +122,7 @@ def at_revision(revision: str) -> tuple[Any, Any]:
             exec(compile(source, f"{revision}:{path}", "exec"), module.__dict__)  # noqa: S102
             loaded.append(module)
     finally:
-        if saved is not None:
-            sys.modules["chalicelib.search.structure"] = saved
+        sys.modules["chalicelib.search.structure"] = saved
     return loaded[0], loaded[1]
 
 

@@ -1,0 +1,86 @@
+"""find_tool's action rule (chalicelib/search/structure.py): an operation that performs an action on
+one item (POST /servers/{id}/actions/poweron, /instances/{id}/boot) is found by the words people say
+for that action ("turn on", "restart", "make it bigger"), ahead of the item's plain read or create.
+
+Each ranking test also ranks the same docs with the rule's tables emptied, and checks that the order
+was the other one then: without the rule the test fails."""
+
+from __future__ import annotations
+
+import pytest
+
+from chalicelib.search import structure
+from tests.test_ranking import first_of, operation, ranked
+
+
+def _servers() -> list:
+    return [operation("get-server", "Get a Server. Returns a server by its ID, with its status and power state.",
+                      "GET", "/servers/{id}"),
+            operation("create-server", "Create a Server. Starts a new server; it is powered on when ready.",
+                      "POST", "/servers"),
+            operation("poweron", "Power on a Server. Starts a server.", "POST", "/servers/{id}/actions/poweron"),
+            operation("reboot", "Soft-reboot a Server.", "POST", "/servers/{id}/actions/reboot"),
+            operation("resize-volume", "Resize Volume. Changes the size of a volume.", "POST",
+                      "/volumes/{id}/actions/resize"),
+            operation("create-volume", "Create a Volume. A bigger volume costs more.", "POST", "/volumes")]
+
+
+def _without_actions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(structure, "ACTIONS", {})
+    monkeypatch.setattr(structure, "_ACTION_VERBS", frozenset())
+    monkeypatch.setattr(structure, "_SIZES", frozenset())
+
+
+@pytest.mark.parametrize(("query", "gold", "other"), [
+    ("turn on a server", "poweron", "get-server"),
+    ("restart a server", "reboot", "create-server"),
+    ("make a volume bigger", "resize-volume", "create-volume"),
+])
+def test_a_request_for_an_action_ranks_the_operation_performing_it_first(
+        monkeypatch: pytest.MonkeyPatch, query: str, gold: str, other: str) -> None:
+    # GIVEN a server's and a volume's operations, some of them actions on one item
+    # WHEN a person asks for the action in their own words, THEN the action comes first ...
+    assert first_of(ranked(_servers(), query), gold, other) == gold
+    # ... and without the rule (no table of action words) the item's read or create did
+    _without_actions(monkeypatch)
+    assert first_of(ranked(_servers(), query), gold, other) == other
+
+
+@pytest.mark.parametrize(("query", "actions", "kind"), [
+    ("turn on a server", {"start", "enable"}, structure.UPDATE),
+    ("hard power off a machine", {"stop"}, structure.UPDATE),
+    ("power on a stopped linode", {"start"}, structure.UPDATE),  # the first verb phrase, not "stopped"
+    ("make a volume bigger", {"resize"}, structure.UPDATE),  # a comparative of size anywhere
+    ("detach a volume", {"detach"}, structure.DELETE),  # the verb's own intent
+    ("approve a pull request", {"approve"}, 0),  # as said, the request's own intent kept
+    ("list the servers", set(), 0),  # a read: no action
+    ("create a server", set(), 0),
+])
+def test_a_request_s_action_is_its_first_verb_phrase(query: str, actions: set[str], kind: int) -> None:
+    assert structure.asked_actions(query) == (frozenset(actions), kind)
+
+
+@pytest.mark.parametrize(("method", "path", "actions", "kind", "item"), [
+    ("POST", "/servers/{id}/actions/poweron", {"start", "poweron"}, structure.UPDATE, "server"),
+    ("POST", "/linode/instances/{linodeId}/boot", {"start", "boot"}, structure.UPDATE, "instanc"),
+    ("POST", "/servers/{id}/actions/attach_iso", {"attach", "attach_iso"}, structure.UPDATE, "iso"),
+    ("POST", "/repos/{r}/pullrequests/{id}/merge", {"merge"}, structure.CREATE, "pullrequest"),  # its method's
+    ("DELETE", "/repos/{r}/pullrequests/{id}/approve", {"approve"}, structure.DELETE, "pullrequest"),
+    ("POST", "/volumes/{id}/actions/detach", {"detach"}, structure.DELETE, "volum"),
+])
+def test_an_operation_s_action_is_its_last_segment_after_an_item_or_actions(
+        method: str, path: str, actions: set[str], kind: int, item: str) -> None:
+    found = structure.shaped(method, path, tags=("Server Actions",))
+    assert set(found.actions) >= actions and found.intent == kind
+    assert found.resources[item] == structure.HEAD_WEIGHT  # what it acts on weighs as a head
+    assert "action" not in found.resources  # the "actions" segment and tag say nothing of what
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/domains/{id}/records"),  # a sub-collection: a noun, no action
+    ("GET", "/servers/{id}/actions/poweron"),  # a read is no action
+    ("POST", "/servers/{id}/actions"),  # no last segment after "actions"
+    ("POST", "/servers/{id}"),
+])
+def test_a_sub_collection_or_a_read_is_no_action(method: str, path: str) -> None:
+    assert structure.shaped(method, path).actions == frozenset()
