@@ -84,3 +84,23 @@ def test_an_operation_s_action_is_its_last_segment_after_an_item_or_actions(
 ])
 def test_a_sub_collection_or_a_read_is_no_action(method: str, path: str) -> None:
     assert structure.shaped(method, path).actions == frozenset()
+
+
+# --- a plural that names no resource asks for no collection
+
+
+def test_a_plural_naming_no_resource_does_not_ask_for_a_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the servers and one server
+    docs = [operation("get-servers", "Get all Servers. Returns all existing server objects.", "GET", "/servers"),
+            operation("get-server", "Get a Server. Returns a specific server object.", "GET", "/servers/{id}")]
+    query, names = "get details of a server", ("get-server", "get-servers")
+    # WHEN a request says "details" (plural, but no operation's resource) of one server
+    # THEN the one server comes first ...
+    assert first_of(ranked(docs, query), *names) == "get-server"
+
+    # ... and had every plural asked for many, the collection did
+    def any_plural(query: str, content: list[str], resources: object) -> bool:
+        return any(w.endswith("s") and structure.stem(w) != w for w in content)
+
+    monkeypatch.setattr(structure, "_asks_many", any_plural)
+    assert first_of(ranked(docs, query), *names) == "get-servers"

@@ -18,7 +18,8 @@ issues in a repository" says what it wants done (read, create, update, delete) a
   server", "of a domain", weigh CONTEXT_ASK: they say where, not what): "create an issue"
   covers create-issue whole and create-issue-type in part. A shorter operation that covers the
   request ranks ahead of a longer one that adds words.
-* many -- a read asked for in the plural or with "list"/"all" scores +1 on a collection (the
+* many -- a read asked for in the plural (of a noun some operation holds as a resource word:
+  "details of a server" asks for one) or with "list"/"all" scores +1 on a collection (the
   path ends in a fixed segment, or the summary says "list"/"all") and -1 on one item; a create
   asked for scores +1 on a create of a collection (POST /snippets) and -1 on one of an item
   (POST /snippets/{workspace}); a request with no verb ("unleashed sales orders") in the plural
@@ -52,7 +53,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -380,11 +381,11 @@ class Shapes:
         score = score + W_SUMMARY * self._summary_overlap(content)
         score = score + W_ACTION * performs
         reads, creates = self.intents == READ, self.intents == CREATE
-        if asked == READ and _asks_many(query, content):
+        if asked == READ and _asks_many(query, content, self.postings):
             score = score + W_MANY * self.collections * reads
         elif asked == CREATE:
             score = score + W_CREATE_MANY * self.collections * creates
-        elif asked == 0 and _asks_many(query, content):
+        elif asked == 0 and _asks_many(query, content, self.postings):
             score = score + W_NO_VERB * (reads & (self.collections > 0) & (cover >= NO_VERB_COVER))
         return np.where(self.shaped, score, 0.0)
 
@@ -435,7 +436,9 @@ def _context_words(query: str) -> set[str]:
     return set()
 
 
-def _asks_many(query: str, content: list[str]) -> bool:
-    """Whether a read asks for many things: "list", "all", or a noun in the plural."""
+def _asks_many(query: str, content: list[str], resources: Container[str]) -> bool:
+    """Whether a read asks for many things: "list", "all", or in the plural a noun some operation
+    holds as a resource word ("details of a server" asks for one)."""
     said = set(words(query))
-    return bool(said & _PLURAL_ASKS) or any(w.endswith("s") and stem(w) != w and w not in VERBS for w in content)
+    return bool(said & _PLURAL_ASKS) or any(w.endswith("s") and stem(w) != w and w not in VERBS
+                                            and _SAME.get(stem(w), stem(w)) in resources for w in content)
