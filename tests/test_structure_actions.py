@@ -104,3 +104,29 @@ def test_a_plural_naming_no_resource_does_not_ask_for_a_collection(monkeypatch: 
 
     monkeypatch.setattr(structure, "_asks_many", any_plural)
     assert first_of(ranked(docs, query), *names) == "get-servers"
+
+
+# --- a request about its asker
+
+
+def test_who_am_i_finds_the_operation_about_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the current user, a user by name, and a user's emails
+    docs = [operation("get-user", "Get current user. Returns the currently logged in user.", "GET", "/user"),
+            operation("get-users-name", "Get a user. Gets the public profile for a user.", "GET", "/users/{name}"),
+            operation("list-emails", "List email addresses for current user.", "GET", "/user/emails")]
+    # WHEN a request of stop words only asks who its asker is, THEN the current user comes first ...
+    assert ranked(docs, "who am I")[:1] == ["get-user"]
+    # ... politeness alone still finds nothing ...
+    assert ranked(docs, "can you please help me") == []
+    # ... and without the rule "who am I" found nothing either
+    monkeypatch.setattr(structure, "_QUESTIONS", frozenset())
+    assert ranked(docs, "who am I") == []
+
+
+@pytest.mark.parametrize(("path", "summary", "asker"), [
+    ("/user", "Get current user", True), ("/Users/Me", "Gets the user based on auth token.", True),
+    ("/user", "Get the authenticated user", True), ("/accounts/self", "", True),
+    ("/user/emails", "List email addresses for current user", False), ("/users/{id}", "Get a user", False),
+    ("/status", "Get the current status", False)])
+def test_an_operation_is_about_its_caller_by_its_path_or_summary(path: str, summary: str, asker: bool) -> None:
+    assert (structure.ASKER in structure.shaped("GET", path, "", summary).resources) is asker

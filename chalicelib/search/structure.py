@@ -32,6 +32,9 @@ issues in a repository" says what it wants done (read, create, update, delete) a
   "boot" are a start; "restart" a reboot; "grow" or "make it bigger" a resize). An operation
   performing it scores W_ACTION and counts its action's verb as covered; the item it acts on
   weighs as a head (not as context), and starting, resizing... an item is an update, not a create.
+* asker -- a request of stop words only that asks about its asker ("who am I") searches for
+  ASKER, a resource word of the operations about whoever calls the API (a path word "me", "self";
+  a summary naming only the current or authenticated user); politeness alone still finds nothing.
 * summary -- the summary is a field of its own, apart from the description: the request's words
   it holds over the words either holds (W_SUMMARY), so "create an issue" is all of the summary
   "Create an issue" and two thirds of "Create an issue type"; the description's prose stays with
@@ -102,6 +105,12 @@ _ACTION_VERBS = frozenset({"approve", "decline", "merge", "resolve", "accept", "
                            "authenticate", "request", "vote", "watch", "unwatch", "archive", "unarchive", "lock",
                            "unlock", "transfer", "verify", "rotate", "renew", "suspend", "resume", "pause",
                            "unpause", "disconnect", "connect", "sync", "test", "trigger", "run", "execute"})
+# whoever calls the API: a request about "I" with nothing else to go on, and operations about the caller
+ASKER = "me"
+_SELF_WORDS = frozenset({"me", "self", "myself", "whoami"})
+_CURRENT = frozenset({"current", "authenticated", "signed", "logged"})
+_FIRST_PERSON = frozenset({"i", "me", "my", "myself", "mine"})
+_QUESTIONS = frozenset({"who", "what", "which"})
 _METHODS = {"GET": READ, "HEAD": READ, "POST": CREATE, "PUT": UPDATE, "PATCH": UPDATE, "DELETE": DELETE}
 # intent asked (row) x operation's (column): read vs write opposite; a delete is no create or update
 _MATCH = np.array([
@@ -211,6 +220,8 @@ def shaped(method: str, path: str, label: str = "", title: str = "", tags: Seque
         for word in _split(tag):
             if word not in VERBS and word not in resources and not (action and word == "action"):
                 add(word, TAG_WEIGHT)
+    if _about_the_asker(whole, title):
+        add(ASKER, HEAD_WEIGHT)
     title_words = [stem(w) for w in words(title)]
     verb = next((VERBS[w] for w in label_words[:1] if w in VERBS), 0)
     verb = verb or next((VERBS[w] for w in title_words[:1] if w in VERBS), 0)
@@ -223,6 +234,24 @@ def shaped(method: str, path: str, label: str = "", title: str = "", tags: Seque
         return Structure(kind, resources, collection, summary, _said_as_action(action[0]) | {"_".join(action)},
                          stem(action[0]))
     return Structure(verb or _METHODS.get(method.upper(), 0), resources, collection, summary)
+
+
+def _about_the_asker(segments: list[str], title: str) -> bool:
+    """Whether an operation is about whoever calls it: a path word such as "me" or "self"
+    (/Users/Me), or a summary naming only the current user ("Get current user")."""
+    if any(segment.lower() in _SELF_WORDS for segment in segments):
+        return True
+    named = [w for w in content_words(title) if w not in VERBS and stem(w) not in VERBS]
+    return len(named) == 2 and named[0] in _CURRENT and stem(named[1]) == "user"
+
+
+def about_the_asker(query: str) -> list[str]:
+    """The words to search for a request of stop words only that asks about its asker ("who am I"):
+    [ASKER]; else none (politeness alone, "can you please help me", still finds nothing)."""
+    said = set(words(query))
+    if content_words(query) or not (said & _FIRST_PERSON and said & _QUESTIONS):
+        return []
+    return [ASKER]
 
 
 def _action(method: str, segments: list[str]) -> tuple[list[str], list[str]]:
