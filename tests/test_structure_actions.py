@@ -130,3 +130,15 @@ def test_who_am_i_finds_the_operation_about_the_caller(monkeypatch: pytest.Monke
     ("/status", "Get the current status", False)])
 def test_an_operation_is_about_its_caller_by_its_path_or_summary(path: str, summary: str, asker: bool) -> None:
     assert (structure.ASKER in structure.shaped("GET", path, "", summary).resources) is asker
+
+
+# --- a filter "by" an attribute reads the collection
+
+
+@pytest.mark.parametrize(("query", "many"), [("find an ISO by name", True), ("find an ISO by its id", False),
+                                             ("find an ISO", False), ("get a user by email", True)])
+def test_a_read_by_an_attribute_asks_for_the_collection(query: str, many: bool) -> None:
+    # the ISOs and one ISO; a read "by name" filters the collection, one "by its id" names one
+    shapes = structure.Shapes.build([structure.shaped("GET", "/isos"), structure.shaped("GET", "/isos/{id}")])
+    collection, item = shapes.scores(query, structure.content_words(query))
+    assert bool(collection > item) == many

@@ -19,7 +19,8 @@ issues in a repository" says what it wants done (read, create, update, delete) a
   covers create-issue whole and create-issue-type in part. A shorter operation that covers the
   request ranks ahead of a longer one that adds words.
 * many -- a read asked for in the plural (of a noun some operation holds as a resource word:
-  "details of a server" asks for one) or with "list"/"all" scores +1 on a collection (the
+  "details of a server" asks for one), with "list"/"all", or by an attribute ("find an ISO by
+  name", not "by its id") scores +1 on a collection (the
   path ends in a fixed segment, or the summary says "list"/"all") and -1 on one item; a create
   asked for scores +1 on a create of a collection (POST /snippets) and -1 on one of an item
   (POST /snippets/{workspace}); a request with no verb ("unleashed sales orders") in the plural
@@ -54,6 +55,7 @@ part, so their ranking is exactly as before; the signal is added in chalicelib/s
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import defaultdict
 from collections.abc import Container, Sequence
@@ -121,6 +123,7 @@ _MATCH = np.array([
     [0, -1, -1, -1, 1],
 ], np.float64)
 _PLURAL_ASKS = frozenset({"list", "all", "every", "many"})
+_IDENTIFIERS = frozenset({"id", "ids", "uuid", "key", "slug", "identifier", "number", "its", "the", "a", "an"})
 _NOT_RESOURCES = frozenset({"api", "json", "xml", "html", "rest", "by", "for", "of", "the", "a", "an", "and", "or",
                             "in", "to", "from", "with", "id"})
 _NOT_PLACEHOLDERS = frozenset({"id", "uuid", "key", "slug", "name", "encoded", "index", "ids"})
@@ -468,6 +471,9 @@ def _context_words(query: str) -> set[str]:
 def _asks_many(query: str, content: list[str], resources: Container[str]) -> bool:
     """Whether a read asks for many things: "list", "all", or in the plural a noun some operation
     holds as a resource word ("details of a server" asks for one)."""
-    said = set(words(query))
-    return bool(said & _PLURAL_ASKS) or any(w.endswith("s") and stem(w) != w and w not in VERBS
-                                            and _SAME.get(stem(w), stem(w)) in resources for w in content)
+    said = words(query)
+    # "find an ISO by name": a filter on the collection ("by its id" names one)
+    by = [after for word, after in itertools.pairwise(said) if word == "by"]
+    return (bool(set(said) & _PLURAL_ASKS) or any(w not in _IDENTIFIERS for w in by)
+            or any(w.endswith("s") and stem(w) != w and w not in VERBS and _SAME.get(stem(w), stem(w)) in resources
+                   for w in content))
