@@ -135,7 +135,7 @@ def test_an_operation_is_about_its_caller_by_its_path_or_summary(path: str, summ
 # --- a filter "by" an attribute reads the collection
 
 
-@pytest.mark.parametrize(("query", "many"), [("find an ISO by name", True), ("find an ISO by its id", False),
+@pytest.mark.parametrize(("query", "many"), [("find an ISO by name", True), ("find an ISO by its id", False), ("find an ISO by the name", True),
                                              ("find an ISO", False), ("get a user by email", True)])
 def test_a_read_by_an_attribute_asks_for_the_collection(query: str, many: bool) -> None:
     # the ISOs and one ISO; a read "by name" filters the collection, one "by its id" names one

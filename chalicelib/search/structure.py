@@ -123,7 +123,8 @@ _MATCH = np.array([
     [0, -1, -1, -1, 1],
 ], np.float64)
 _PLURAL_ASKS = frozenset({"list", "all", "every", "many"})
-_IDENTIFIERS = frozenset({"id", "ids", "uuid", "key", "slug", "identifier", "number", "its", "the", "a", "an"})
+_IDENTIFIERS = frozenset({"id", "ids", "uuid", "key", "slug", "identifier", "number"})
+_DETERMINERS = frozenset({"a", "an", "the", "its", "their", "his", "her", "my", "your", "our"})
 _NOT_RESOURCES = frozenset({"api", "json", "xml", "html", "rest", "by", "for", "of", "the", "a", "an", "and", "or",
                             "in", "to", "from", "with", "id"})
 _NOT_PLACEHOLDERS = frozenset({"id", "uuid", "key", "slug", "name", "encoded", "index", "ids"})
@@ -235,7 +236,7 @@ def shaped(method: str, path: str, label: str = "", title: str = "", tags: Seque
         kind = (DELETE if method.upper() == "DELETE" else VERBS.get(action[0])
                 or (UPDATE if action[0] in ACTIONS else _METHODS.get(method.upper(), 0)))
         return Structure(kind, resources, collection, summary, _said_as_action(action[0]) | {"_".join(action)},
-                         stem(action[0]))
+                         _SAME.get(stem(action[0]), stem(action[0])))
     return Structure(verb or _METHODS.get(method.upper(), 0), resources, collection, summary)
 
 
@@ -473,7 +474,8 @@ def _asks_many(query: str, content: list[str], resources: Container[str]) -> boo
     holds as a resource word ("details of a server" asks for one)."""
     said = words(query)
     # "find an ISO by name": a filter on the collection ("by its id" names one)
-    by = [after for word, after in itertools.pairwise(said) if word == "by"]
+    kept = [w for w in said if w not in _DETERMINERS]
+    by = [after for word, after in itertools.pairwise(kept) if word == "by"]
     return (bool(set(said) & _PLURAL_ASKS) or any(w not in _IDENTIFIERS for w in by)
             or any(w.endswith("s") and stem(w) != w and w not in VERBS and _SAME.get(stem(w), stem(w)) in resources
                    for w in content))
