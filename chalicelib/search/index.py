@@ -29,7 +29,7 @@ from chalicelib.search.arrays import grown, zscore, zscore_among
 from chalicelib.search.bm25 import Lexicon, Terms
 from chalicelib.search.documents import PENDING, Document, document_vectors, stored_vectors
 from chalicelib.search.static import StaticVectors, static_texts
-from chalicelib.search.structure import Shapes
+from chalicelib.search.structure import Shapes, about_the_asker
 from chalicelib.search.text import content_words, is_known_word, name_words, stem
 from chalicelib.search.usage import Memory
 
@@ -200,7 +200,7 @@ class SearchIndex:
         # position -> (content words, BM25, name share, shares a word) of each answerable query
         lexical: dict[int, tuple[list[str], np.ndarray, np.ndarray, bool]] = {}
         for position, query in enumerate(queries):
-            content = content_words(query)
+            content = content_words(query) or about_the_asker(query)  # "who am I": its asker
             if not content:
                 continue
             keyword, named = signals.lexicon.scores(content)
