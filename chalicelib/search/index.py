@@ -43,7 +43,7 @@ HIT_COSINE = 0.1  # MiniLM cosine that lists a doc without a shared word, once a
 W_STRUCTURE = 3.0  # intent, cover and many of an imported operation (structure.py); 0 for other docs
 PENDING_HIT_Z = 2.0  # static z-score that lists a PENDING doc without a shared word (bench/pending_quality.py)
 # A search computes the MiniLM vectors of the PENDING docs among the first RERANK_PENDING hits of
-# each text it ranks (the request and each of its parts: at most 4 x 5 vectors, kept by the index)
+# each ranking it makes (the request, its parts and its residual: at most 5 x 5 vectors, kept by the index)
 # and ranks them by their real sentence signal; with no vector known to z-score against,
 # PENDING_COSINE_SPREAD of cosine counts as one z (bench/pending_quality.py).
 RERANK_PENDING = 5
