@@ -142,3 +142,18 @@ def test_a_read_by_an_attribute_asks_for_the_collection(query: str, many: bool) 
     shapes = structure.Shapes.build([structure.shaped("GET", "/isos"), structure.shaped("GET", "/isos/{id}")])
     collection, item = shapes.scores(query, structure.content_words(query))
     assert bool(collection > item) == many
+
+
+
+def test_search_reads_at_most_label_chars_of_a_stored_label(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an imported tool stored before the import cut operationIds: a label of 50,000 words,
+    # and every text the structure reading splits into words recorded
+    label = "list-widgets-" + "-".join(f"word{index}" for index in range(50_000))
+    origin = {"kind": "openapi", "key": "GET /widgets", "label": label}
+    split, seen = structure._split, []
+    monkeypatch.setattr(structure, "_split", lambda text: seen.append(text) or split(text))
+    # WHEN the search reads its structure (at every index build)
+    read = structure.of({"name": "list-widgets"}, origin)
+    # THEN only the label's first LABEL_CHARS characters were split, and they give its structure
+    assert max(map(len, seen)) <= structure.LABEL_CHARS
+    assert read == structure.of({"name": "list-widgets"}, {**origin, "label": label[:structure.LABEL_CHARS]})

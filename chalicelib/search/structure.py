@@ -142,6 +142,7 @@ W_SUMMARY = 2.0  # the request's and the summary's words: their overlap over the
 CONTEXT_ASK = 0.5  # weight of a request's noun after its first preposition
 NO_VERB_COVER = 0.5  # the cover a verbless plural request needs to lean to a read of a collection
 TAGS_READ, TAG_CHARS = 4, 60  # what search reads of an origin's tags (the import keeps no more)
+LABEL_CHARS = 128  # what search reads of an origin's label: tools stored before the import cut it may hold more
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def of(definition: dict[str, Any], origin: dict[str, Any] | None) -> Structure |
     annotations = definition.get("annotations")
     title = annotations.get("title", "") if isinstance(annotations, dict) else ""
     tags = origin.get("tags")
-    return shaped(method, path, label if isinstance(label, str) else "", title if isinstance(title, str) else "",
+    return shaped(method, path, label[:LABEL_CHARS] if isinstance(label, str) else "", title if isinstance(title, str) else "",
                   [tag[:TAG_CHARS] for tag in tags[:TAGS_READ] if isinstance(tag, str)] if isinstance(tags, list) else [])
 
 
