@@ -249,6 +249,22 @@ def test_a_multipart_body_a_call_cannot_send_is_skipped_saying_why(body: dict[st
     assert candidate.reason is not None and words in candidate.reason
 
 
+@pytest.mark.parametrize("method", ["get", "delete", "head"])
+def test_a_multipart_body_on_a_method_without_a_body_of_fields_is_skipped_saying_so(method: str) -> None:
+    # GIVEN a GET, DELETE or HEAD whose multipart body is a plain object of fields (no clash with a parameter)
+    document = _document({"/s": {method: _operation(requestBody={"required": True, "content": {
+        "multipart/form-data": {"schema": {"type": "object", "properties": {
+            "caption": {"type": "string"}, "file": {"type": "string", "format": "binary"}}}}}})}})
+
+    # WHEN it is converted
+    candidate = _candidates(document)[f"{method.upper()} /s"]
+
+    # THEN it is skipped for its method, not for a body that is not an object of fields (it is one)
+    assert candidate.definition is None
+    assert candidate.reason == (f"is a {method.upper()} operation with a multipart/form-data body; Workset sends a "
+                                "multipart body only with POST, PUT or PATCH")
+
+
 def test_a_star_body_of_bytes_is_published_as_raw_bytes_with_a_media_type_field() -> None:
     # GIVEN replaceImage, whose required `*/*` body is `format: binary`
     definition = _definition(_canvas(), "PUT /layers/{layer}/image")

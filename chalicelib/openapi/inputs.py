@@ -69,6 +69,10 @@ def input_schema(schemas: Schemas, method: str, params: list[Param], body: Body 
     flat = _flat(schemas, body.schema) if body is not None and method not in _NO_REST_BODY else None
     if flat is not None and flat.properties.keys() & fields.taken:
         flat = None  # a body property would shadow a parameter: nest the body instead
+    if body is not None and body.multipart and method in _NO_REST_BODY:
+        # its fields would go to the query string (vendor.build), and a nested body carries no file
+        raise Skip(f"is a {method} operation with a {MULTIPART} body; Workset sends a multipart body only with "
+                   "POST, PUT or PATCH")
     if body is not None and body.multipart:
         flat = _multipart(schemas, flat)
     body_field = None
