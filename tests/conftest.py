@@ -50,6 +50,21 @@ LEGACY = "2025-11-25"
 emulator.patch()  # moto as DynamoDB: atomic writes, idempotent transactions (local/emulator.py)
 
 
+def _a_request_per_thread() -> None:
+    """Chalice keeps the request being served in one attribute of the app (aws/chalice#759):
+    Lambda serves one request at a time, and the local stack serves through LocalChalice, whose
+    request is per thread. Tests that call from threads at once (racing approvals) get the same,
+    else a request may read the one another thread began meanwhile: its token, a 401 under load
+    (tests/test_concurrent_requests.py)."""
+    from chalice.local import LocalChalice
+
+    if not isinstance(app, LocalChalice):
+        app.__class__ = type("TestChalice", (LocalChalice, type(app)), {})
+
+
+_a_request_per_thread()
+
+
 def _lambda_time_as_configured() -> None:
     """Chalice's test client gives every invocation 3 s (its LambdaContext's default); Lambda gives
     ours the configured `lambda_timeout`, and handlers that plan by the time left (the webhook
