@@ -381,7 +381,7 @@ def test_a_search_holding_an_older_index_never_replaces_a_newer_one(client) -> N
     indexes.current(account_id)
     newer = indexes._entries[account_id]
     # WHEN a search that found revision 1's index (before the other refreshed) keeps it as used
-    older = indexes._Entry(1, SearchIndex.build([]), 0)
+    older = indexes._Entry(1, SearchIndex.build([]))
     with indexes._lock:
         indexes._keep(account_id, older)
     # THEN the newer index stays
@@ -399,3 +399,32 @@ def test_an_account_item_without_a_revision_still_takes_its_first_publish() -> N
     # THEN it is revision 1, with its record
     assert tool_store.toolbox_revision(account_id) == 1
     assert tool_store.changed_since(account_id, 0, 1) == {("acme", "a")}
+
+
+def test_vectors_a_search_computes_count_in_the_budget(client, settings_env) -> None:
+    # GIVEN two accounts' indexes held within a budget that just fits them as built: one of a large
+    # import whose vectors are pending (the work queue has not stored them), one small
+    pending = accounts.create_account("acme", utcnow())[0].account_id
+    tool_store.put_versions(pending, [NewVersion("shop", f"get-{word}", {"description": f"Fetch a {word} by its id."}, 0)
+                                      for word in ("invoice", "parcel", "coupon", "ledger", "basket", "refund",
+                                                   "supplier", "customer", "warehouse", "shipment")],
+                            "admin", utcnow())
+    small = accounts.create_account("globex", utcnow())[0].account_id
+    tool_store.put_version(small, NewVersion("acme", "orders", {"description": "List orders."}, 0), "admin", utcnow())
+    built = indexes.current(pending).nbytes + indexes.current(small).nbytes
+    indexes.clear()
+    settings_env(WORKSET_SEARCH_CACHE_MB=str((built + 100) / (1 << 20)))
+    indexes.current(small)
+    index = indexes.current(pending)
+    assert not index._signals.known.any() and list(indexes._entries) == [small, pending]
+    before = index.nbytes
+    # WHEN the first account's searches compute the vectors of their pending first hits
+    for query in ("fetch an invoice", "a parcel", "refund a coupon", "the ledger", "a basket of a customer"):
+        index.search(query, 5)
+    grown = index.nbytes
+    indexes.current(pending)
+    # THEN what the index grew by is counted: the cache holds what it really takes, within the budget,
+    # the least recently used index dropped to make room
+    assert grown > before
+    assert indexes.cached_bytes() == grown
+    assert list(indexes._entries) == [pending]

@@ -9,8 +9,9 @@ a rebuild. It rebuilds from every head when it holds none, when the records no l
 cheaper.
 
 Indexes are kept least recently used first out, within `WORKSET_SEARCH_CACHE_MB` of their own
-estimated size (`SearchIndex.nbytes`): an instance serving many accounts rebuilds some of them,
-it never runs out of memory.
+estimated size (`SearchIndex.nbytes`, read at each use: an index grows after it was built, by the
+vectors its searches compute for pending docs): an instance serving many accounts rebuilds some
+of them, it never runs out of memory.
 """
 
 from __future__ import annotations
@@ -41,7 +42,11 @@ MAX_REVISIONS = 500  # change records read at most; an index further behind is r
 class _Entry:
     revision: int
     index: SearchIndex
-    nbytes: int
+
+    @property
+    def nbytes(self) -> int:
+        """What the index takes now (not when it was built: its searches grow it)."""
+        return self.index.nbytes
 
 
 _entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
@@ -99,14 +104,14 @@ def _refresh(account_id: str, revision: int) -> tuple[_Entry, bool]:
         if changed is not None and len(changed) <= MAX_CHANGED:
             heads = tool_store.get_heads(account_id, sorted(changed), consistent=True)
             index = entry.index.updated(_documents(list(heads.values())))
-            _entries[account_id] = updated = _Entry(revision, index, index.nbytes)
+            _entries[account_id] = updated = _Entry(revision, index)
             return updated, False
     from chalicelib.search.index import SearchIndex  # numpy and the models: only where a search runs
 
     del entry
     _make_room(account_id)
     index = SearchIndex.build(_documents(tool_store.iter_heads(account_id)))
-    _entries[account_id] = built = _Entry(revision, index, index.nbytes)
+    _entries[account_id] = built = _Entry(revision, index)
     return built, True
 
 

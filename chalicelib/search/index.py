@@ -43,11 +43,13 @@ HIT_COSINE = 0.1  # MiniLM cosine that lists a doc without a shared word, once a
 W_STRUCTURE = 3.0  # intent, cover and many of an imported operation (structure.py); 0 for other docs
 PENDING_HIT_Z = 2.0  # static z-score that lists a PENDING doc without a shared word (bench/pending_quality.py)
 # A search computes the MiniLM vectors of the PENDING docs among the first RERANK_PENDING hits of
-# each ranking it makes (the request, its parts and its residual: at most 5 x 5 vectors, kept by the index)
+# each ranking it makes (the request, its parts and its residual: at most 5 x 5 vectors, kept by the index
+# and counted in its `nbytes`, which the search cache's budget reads live)
 # and ranks them by their real sentence signal; with no vector known to z-score against,
 # PENDING_COSINE_SPREAD of cosine counts as one z (bench/pending_quality.py).
 RERANK_PENDING = 5
 PENDING_COSINE_SPREAD = 0.05
+COMPUTED_OVERHEAD = 200  # bytes of a computed vector besides its floats: the ndarray object, its dict entry
 RESIDUAL_NORM = 1e-3  # a request vector this close to its best hit's leaves no residual direction
 SAME_AS_MEAN = 1e-3  # float32 rounding of |v|^2 - 2 v.m + |m|^2 for unit vectors is ~1e-7, so ~3e-4 apart
 
@@ -112,6 +114,7 @@ class SearchIndex:
         # row -> MiniLM vector a search computed for a PENDING doc; only ever gains entries, so
         # searches sharing it are safe (an updated index starts afresh: its docs may have changed)
         self._computed: dict[int, np.ndarray] = {}
+        self._built_nbytes: int | None = None  # `nbytes` without `_computed`, measured at its first read
         # each vendor's content words and rows: a request naming a vendor asks within it
         by_vendor: dict[str, list[int]] = {}
         for row, doc in enumerate(docs):
@@ -170,10 +173,18 @@ class SearchIndex:
 
     @property
     def nbytes(self) -> int:
-        """Roughly what the index holds in memory."""
-        texts = sum(len(d.key) + len(d.vendor) + len(d.name) + len(d.description) + 300 for d in self._docs)
-        computed = sum(vector.nbytes for vector in list(self._computed.values()))
-        return texts + self._key_order.nbytes + computed + (self._signals.nbytes if self._signals else 0)
+        """Roughly what the index holds in memory now: what it was built with (measured once), and
+        the vectors its searches computed since for PENDING docs (read live: they grow the index
+        after it was built, up to a vector per pending doc, and the cache's budget must see them)."""
+        if self._built_nbytes is None:
+            texts = sum(len(d.key) + len(d.vendor) + len(d.name) + len(d.description) + 300 for d in self._docs)
+            self._built_nbytes = texts + self._key_order.nbytes + (self._signals.nbytes if self._signals else 0)
+        return self._built_nbytes + len(self._computed) * self._computed_nbytes
+
+    @property
+    def _computed_nbytes(self) -> int:
+        """What one vector of `_computed` holds: its float32s, the array and the dict entry."""
+        return (self._signals.vectors.shape[1] * 4 if self._signals else 0) + COMPUTED_OVERHEAD
 
     def __len__(self) -> int:
         return len(self._keys)
