@@ -277,6 +277,29 @@ paths:
     assert re.search(r'id="origin">Version 1 came from\s+OpenAPI GET /pets\.</p>', text(page))
 
 
+def test_a_tool_stored_with_hidden_characters_in_its_origin_shows_them_encoded(console: Console,
+                                                                              admin: Admin) -> None:
+    # GIVEN an imported tool stored before imports encoded its path's hidden characters: a
+    # right-to-left override and a zero-width space in its origin's key
+    from chalicelib.base.clock import utcnow
+    from chalicelib.identity import accounts
+    from chalicelib.store import tools as tool_store
+
+    admin.publish(vendor="pets", name="get-pet")
+    account_id = accounts.authenticate_admin(admin.token)
+    head = tool_store.get_head(account_id, "pets", "get-pet")
+    tool_store.put_version(account_id, tool_store.NewVersion(
+        "pets", "get-pet", head.definition, 1, origin={"kind": "openapi", "key": "GET /pets/\u202e{id}\u200b"}),
+        "admin", utcnow())
+    # WHEN the toolbox and the tool's page are opened
+    listed = text(console.get("/console/tools"))
+    page = text(console.get("/console/tools/pets/get-pet"))
+    # THEN both show the origin with those characters percent-encoded, never as they are
+    assert "from OpenAPI GET /pets/%E2%80%AE{id}%E2%80%8B" in listed
+    assert "OpenAPI GET /pets/%E2%80%AE{id}%E2%80%8B" in page
+    assert "\u202e" not in listed + page and "\u200b" not in listed + page
+
+
 def test_a_tool_published_by_hand_says_no_origin(console: Console, admin: Admin) -> None:
     admin.publish()
     listed = text(console.get("/console/tools"))

@@ -282,6 +282,42 @@ def test_an_operation_id_and_tags_are_stored_bounded_and_without_invisible_chara
     assert _invisible(json.dumps(origin, ensure_ascii=False)) == []
 
 
+def test_a_path_s_hidden_characters_are_percent_encoded_in_the_tool_s_origin(admin: Admin) -> None:
+    # GIVEN an operation whose path reverses itself (a right-to-left override), hides a zero-width
+    # space and rings a bell
+    path = "/things/\u202e{id}/sgat\u200b\u0007"
+    document = {"openapi": "3.0.3", "info": {"title": "Acme", "version": "1"}, "servers": [{"url": SERVER}],
+                "paths": {path: {"get": {"operationId": "getThing", "responses": {"200": {"description": "OK"}},
+                                         "parameters": [{"name": "id", "in": "path", "required": True,
+                                                         "schema": {"type": "string"}}]}}}}
+    # WHEN it is imported, then imported again
+    answer = _import(admin, document, dry_run=False)
+    again = _import(admin, document, dry_run=False)
+    # THEN the origin (the import report, the console and search show it) names the path as the
+    # request sends it, every hidden character percent-encoded; the second import finds it the same
+    assert answer.status_code == 200, answer.body
+    (line,) = answer.json_body["tools"]
+    key = "GET /things/%E2%80%AE{id}/sgat%E2%80%8B%07"
+    assert line["key"] == key
+    origin = admin.call("GET", f"/v1/tools/acme/{line['name']}").json_body["versions"][-1]["origin"]
+    assert origin["key"] == key and _invisible(json.dumps(origin, ensure_ascii=False)) == []
+    assert [(tool["key"], tool["outcome"]) for tool in again.json_body["tools"]] == [(key, "unchanged")]
+
+
+def test_paths_that_are_one_request_once_encoded_refuse_the_document(admin: Admin) -> None:
+    # GIVEN two paths that differ only in a zero-width space written as it is and percent-encoded:
+    # one request on the wire, two operations in the document
+    operation = {"get": {"responses": {"200": {"description": "OK"}}}}
+    document = {"openapi": "3.0.3", "info": {"title": "Acme", "version": "1"}, "servers": [{"url": SERVER}],
+                "paths": {"/things\u200b": operation, "/things%E2%80%8B": operation}}
+    # WHEN it is imported
+    answer = _import(admin, document, dry_run=False)
+    # THEN it is refused saying which, and nothing is stored
+    assert answer.status_code == 400, answer.body
+    assert "the same request" in answer.json_body["error"]["message"]
+    _nothing_stored(admin)
+
+
 def test_an_operation_s_summary_and_description_lose_what_hides_or_reorders_text(admin: Admin) -> None:
     # GIVEN an operation whose description hides an instruction in invisible tag characters and
     # whose summary reverses itself with a right-to-left override

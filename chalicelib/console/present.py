@@ -14,6 +14,7 @@ from chalicelib.base.causes import Cause, PromotedBy
 from chalicelib.base.clock import iso, utcnow
 from chalicelib.catalog.imports import MCP, NEW_VERSION, OPENAPI
 from chalicelib.mcp.metatools import META_TOOLS, tool_definition
+from chalicelib.openapi.operations import shown_path
 from chalicelib.store.records import ToolVersion
 from chalicelib.tools import definitions, guards
 from chalicelib.tools.definitions import Tool
@@ -89,8 +90,8 @@ def origin(head: ToolVersion) -> str:
     """Where an imported tool came from: `OpenAPI GET /pets/{id}`, `MCP server forecast`; ``
     for a tool published by hand."""
     found = head.origin or {}
-    if found.get("kind") == OPENAPI:
-        return f"OpenAPI {found.get('key', '')}"
+    if found.get("kind") == OPENAPI:  # a key stored before imports encoded hidden characters: encoded here
+        return f"OpenAPI {shown_path(str(found.get('key', '')))}"
     if found.get("kind") == MCP:
         return f"MCP server {head.vendor}"
     return ""

@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from chalicelib.base.errors import InvalidInput
 from chalicelib.base.validation import NAME_PATTERN, VENDOR_PATTERN, name_budget
@@ -26,6 +27,13 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\
                       r"\ufff9-\ufffb\U000e0000-\U000e007f]")
 
 
+def shown_path(path: str) -> str:
+    """`path` with each control or hiding character (_CONTROL) percent-encoded as UTF-8: what the
+    request's URL sends for it (definitions.py quotes the path), shown instead of reversed or hidden
+    text. A key stored before imports did this is shown through it too (console/present.py)."""
+    return _CONTROL.sub(lambda found: quote(found.group(), safe=""), path)
+
+
 @dataclass(frozen=True)
 class Operation:
     """An operation object and where it sits: its path item and both places in the document."""
@@ -39,7 +47,9 @@ class Operation:
 
     @property
     def key(self) -> str:
-        return f"{self.method.upper()} {self.path}"
+        """`GET /pets/{id}`: the path as the request sends it (`shown_path`), so what identifies the
+        operation across imports, and the report, the console and search show, hides nothing."""
+        return f"{self.method.upper()} {shown_path(self.path)}"
 
     @property
     def operation_id(self) -> str | None:
@@ -56,6 +66,7 @@ def listed(refs: Refs, *, limit: int) -> list[Operation]:
     if not isinstance(paths, dict):
         raise InvalidInput("`paths` (at /paths) must be a mapping of paths to path items")
     found = []
+    keys: dict[str, str] = {}  # each operation's key: the path it came from
     for path, raw_item in paths.items():
         if path.startswith("x-"):
             continue
@@ -71,7 +82,11 @@ def listed(refs: Refs, *, limit: int) -> list[Operation]:
             if method in item:
                 if not isinstance(item[method], dict):
                     raise InvalidInput(f"the operation {at((*item_where, method))} is not a mapping")
-                found.append(Operation(method, path, item, item_where, item[method], (*item_where, method)))
+                operation = Operation(method, path, item, item_where, item[method], (*item_where, method))
+                if keys.setdefault(operation.key, path) != path:  # the same request written two ways
+                    raise InvalidInput(f"the paths {shown(keys[operation.key])} and {shown(path)} (at /paths) are "
+                                       "the same request once their hidden characters are percent-encoded")
+                found.append(operation)
                 if len(found) > limit:
                     raise InvalidInput(f"the document has more than {limit:,} operations; Workset reads at most "
                                        f"{limit:,} from one document: split it", field="document")
