@@ -208,7 +208,7 @@ def test_the_dashboard_shows_the_products_own_figures() -> None:
     shown = set()
     for widget in body["widgets"]:
         previous: list[Any] = []
-        for row in widget["properties"]["metrics"]:
+        for row in widget["properties"].get("metrics", []):  # a log widget queries lines instead
             names = [item for item in row if isinstance(item, str)]
             if not names:  # an expression (SEARCH over a metric's dimensions)
                 shown |= {(log.NAMESPACE, name) for name in re.findall(r'MetricName="(\w+)"', row[0]["expression"])}
@@ -226,3 +226,19 @@ def test_the_dashboard_shows_the_products_own_figures() -> None:
     names = set(template()["Parameters"]) | set(template()["Resources"]) | {"AWS::Region"}
     assert set(re.findall(r"\$\{([^}]+)\}", dashboard["Properties"]["DashboardBody"]["Fn::Sub"])) <= names
     assert (log.NAMESPACE, "McpErrors") in shown
+
+
+def test_the_dashboard_shows_vendor_failures_per_vendor_from_the_run_lines() -> None:
+    # GIVEN the dashboard: the metrics count vendor calls by stage alone (runs.vendor_metrics: no
+    # series per vendor name an account writes)
+    body = json.loads(template()["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"])
+    expressions = [row[0]["expression"] for widget in body["widgets"]
+                   for row in widget["properties"].get("metrics", []) if isinstance(row[0], dict)]
+    assert not any("vendor" in expression for expression in expressions)
+    # THEN a table sums the run lines' VendorCalls and VendorFailures by vendor, in APIHandler's
+    # log group (where runs are logged)
+    [table] = [widget for widget in body["widgets"] if widget["type"] == "log"]
+    query = table["properties"]["query"]
+    assert query.startswith("SOURCE '/aws/lambda/${APIHandler}' |")
+    assert 'kind = "run"' in query and "sum(VendorCalls)" in query and "sum(VendorFailures)" in query
+    assert re.search(r"by [\w, ]*\bvendor\b", query)

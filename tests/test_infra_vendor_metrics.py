@@ -1,8 +1,10 @@
 """Vendor failure rates as metrics (issue 27, goal 4): each run that calls its vendor writes, on
 its one `run` line, VendorCalls and VendorFailures in CloudWatch's embedded metric format, by stage
-(what the template's VendorFailureRateAlarm reads) and by stage and vendor (bounded: one series
-per vendor name in use, never a secret or an id). A failure is the vendor's: a timeout, a 5xx, a
-refused connection; a 4xx is a call, not a failure; a preview of a write calls no vendor."""
+alone (what the template's VendorFailureRateAlarm reads): vendor names are the accounts' to write,
+and a dimension by vendor would make a billed series of every name a hostile account invents. The
+line names the vendor as a plain field (the dashboard's per-vendor table queries the lines). A
+failure is the vendor's: a timeout, a 5xx, a refused connection; a 4xx is a call, not a failure; a
+preview of a write calls no vendor."""
 
 from __future__ import annotations
 
@@ -30,12 +32,11 @@ def vendor_counts(line: dict[str, Any]) -> dict[tuple[str, tuple[str, ...]], Any
 
 
 def expected(failures: int) -> dict[tuple[str, tuple[str, ...]], int]:
-    return {("VendorCalls", ("stage",)): 1, ("VendorFailures", ("stage",)): failures,
-            ("VendorCalls", ("stage", "vendor")): 1, ("VendorFailures", ("stage", "vendor")): failures}
+    return {("VendorCalls", ("stage",)): 1, ("VendorFailures", ("stage",)): failures}
 
 
-def _publish(admin: Admin, url: str, *, writes: bool = False) -> None:
-    admin.publish(vendor="shop", name="orders", description="List orders.",
+def _publish(admin: Admin, url: str, *, writes: bool = False, vendor: str = "shop") -> None:
+    admin.publish(vendor=vendor, name="orders", description="List orders.",
                   annotations={"destructiveHint": True} if writes else {"readOnlyHint": True},
                   input_schema={"type": "object", "properties": {"customer": {"type": "string"}}},
                   request={"method": "POST" if writes else "GET", "url": f"{url}/orders"})
@@ -58,7 +59,7 @@ def test_a_vendor_call_counts_one_call_and_a_5xx_one_failure(admin: Admin, mcp: 
     vendor.status = status
     # WHEN an agent calls its tool
     run = _call(mcp, logged)
-    # THEN the run line counts one call, and a failure only for a 5xx, by stage and by vendor
+    # THEN the run line counts one call, and a failure only for a 5xx, by stage; it names the vendor
     assert vendor.received
     assert vendor_counts(run) == expected(failures)
     assert (run["stage"], run["vendor"]) == ("test", "shop")
@@ -91,3 +92,22 @@ def test_a_preview_of_a_write_calls_no_vendor_and_counts_nothing(admin: Admin, m
     assert "preview" in answer and run["dry_run"] is True
     assert not vendor.received
     assert "_aws" not in run or vendor_counts(run) == {}
+
+
+def test_vendor_names_an_account_invents_make_no_metric_series(admin: Admin, mcp: Mcp, agent: dict[str, Any],
+                                                               vendor: Vendor, logged: Any) -> None:
+    # GIVEN an account (hostile) whose tools go under ever new vendor names, each called once
+    names = [f"shop-{n}" for n in range(4)]
+    for name in names:
+        _publish(admin, vendor.url, vendor=name)
+    logged.clear()
+    for name in names:
+        mcp.call("promote", {"vendor": name, "name": "orders"})
+        mcp.call(f"{name}__orders", {"customer": "c1"})
+    runs = log_lines(logged, "run")
+    # WHEN CloudWatch extracts the metrics of their run lines (a series: a metric, its dimensions' values)
+    series = {(name, tuple((dimension, run[dimension]) for dimension in dimensions))
+              for run in runs for (name, dimensions) in vendor_counts(run)}
+    # THEN there are two series whatever the names, and each line still says which vendor it called
+    assert series == {("VendorCalls", (("stage", "test"),)), ("VendorFailures", (("stage", "test"),))}
+    assert [run["vendor"] for run in runs] == names

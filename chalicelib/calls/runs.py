@@ -307,16 +307,18 @@ def vendor_metrics(error: dict[str, Any] | None, *, called: bool) -> list[log.Me
     """VendorCalls and VendorFailures for a run that called its vendor (none for a preview, or a
     run refused before the call): a failure is the vendor's, not the caller's: a timeout, a 5xx,
     or no usable answer at all (refused, reset, undecodable); a 4xx is the caller's and counts as a
-    call only. Each is counted by stage (what the alarm reads: failures / calls) and by stage and
-    vendor (the vendor's name as the account wrote it, cut to a dimension's length: a dashboard's
-    per-vendor rates, one metric per vendor name in use; never a connection's secret or an id)."""
+    call only. Each is counted by stage alone (what the alarm reads: failures / calls): two metric
+    series whatever the accounts do. Not by vendor: vendor names are the accounts' to write, and
+    every value of a dimension is a CloudWatch series of its own ($0.30 a month), so a hostile
+    account inventing thousands of names would bill the operator for each. The run line carries
+    the vendor and the account as plain fields; the dashboard's per-vendor table is a Logs
+    Insights query over those lines (infra/resources.json), which costs by what it reads."""
     if not called:
         return []
     code = error.get("code") if error is not None else None
     status = error.get("status") if error is not None else None
     failed = code == VendorTimeout.code or (code == VendorError.code and not (isinstance(status, int) and status < 500))
-    return [log.Metric(name, value, by=by) for by in ((), ("vendor",))
-            for name, value in (("VendorCalls", 1), ("VendorFailures", int(failed)))]
+    return [log.Metric("VendorCalls", 1), log.Metric("VendorFailures", int(failed))]
 
 
 def _deadline(run: Run) -> float:
