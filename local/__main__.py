@@ -20,7 +20,9 @@ import os
 import secrets
 import sys
 import threading
+import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -205,9 +207,16 @@ def _admin_token(data_dir: Path) -> str:
     return token
 
 
-def _seed_demo(account_id: str, vendor_url: str) -> None:
+SEED_ATTEMPTS = 3  # the demo import's tries: a store hiccup at start passes; a lasting failure is said
+SEED_BACKOFF_SECONDS = 0.5  # before the second try; doubled before each next one
+
+
+def _seed_demo(account_id: str, vendor_url: str, sleep: Callable[[float], None] = time.sleep) -> None:
+    """On a first start (an empty toolbox), the demo tools written by hand and the demo API's
+    import, tried SEED_ATTEMPTS times; if it still fails the stack runs without it and stderr says so."""
     from chalicelib.base.clock import utcnow
     from chalicelib.base.config import settings
+    from chalicelib.base.errors import WorksetError
     from chalicelib.catalog import imports, toolbox
     from chalicelib.store import queues
     from chalicelib.tools import definitions
@@ -220,10 +229,26 @@ def _seed_demo(account_id: str, vendor_url: str) -> None:
     queues.ensure(settings().sweep_queue)  # the import hands its search vectors to the work queue
     print(f"  Seeding the demo toolbox: importing {DEMO_API_VENDOR}'s public API (first start only; "
           "a few seconds)", flush=True)
-    report = imports.import_openapi(account_id, demo_import(vendor_url), published_by="demo", now=utcnow())
-    imported = sum(1 for line in report.lines if line.outcome == imports.PUBLISHED)
-    print(f"  Seeded a demo toolbox ({len(demo_tools(vendor_url))} tools written by hand and {imported} "
-          f"operations of {DEMO_API_VENDOR}'s public API, all calling {vendor_url})", flush=True)
+    problem = ""
+    for attempt in range(SEED_ATTEMPTS):
+        if attempt:
+            sleep(SEED_BACKOFF_SECONDS * 2 ** (attempt - 1))
+        try:  # again it writes only what the last attempt did not (the rest is unchanged)
+            report = imports.import_openapi(account_id, demo_import(vendor_url), published_by="demo", now=utcnow())
+        except Exception as error:  # noqa: BLE001 - a store hiccup at start: tried again, then said, never fatal
+            problem = error.message if isinstance(error, WorksetError) else f"{type(error).__name__}: {error}"
+            continue
+        if failed := report.failures():
+            problem = f"{len(failed)} operations not written ({failed[0].reason})"
+            continue
+        imported = sum(1 for line in report.lines if line.outcome in (imports.PUBLISHED, imports.UNCHANGED))
+        print(f"  Seeded a demo toolbox ({len(demo_tools(vendor_url))} tools written by hand and {imported} "
+              f"operations of {DEMO_API_VENDOR}'s public API, all calling {vendor_url})", flush=True)
+        return
+    print(f"  The demo toolbox's import of {DEMO_API_VENDOR}'s public API failed {SEED_ATTEMPTS} times "
+          f"({problem[:300]}): Workset runs with {len(demo_tools(vendor_url))} demo tools written by hand and "
+          "without some or all of that API's operations. Import an OpenAPI document from the console, or start "
+          "again on an empty data folder to seed it again.", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -170,3 +170,65 @@ def test_the_emulator_s_key_file_is_private_from_the_moment_it_is_made(tmp_path:
         os.umask(previous)
     # THEN the file holds the material and only its owner could ever read it
     assert "k1" in keys.path.read_text() and keys.path.stat().st_mode & 0o777 == 0o600
+
+
+def _seeding(monkeypatch: pytest.MonkeyPatch, failures: int) -> tuple[str, list[float], list[int]]:
+    """An empty account, and the demo import failing its first `failures` attempts (a store
+    hiccup at start); answers the account, the backoff slept, and the attempts made."""
+    from chalicelib.base.clock import utcnow
+    from chalicelib.base.errors import Busy
+    from chalicelib.catalog import imports
+    from chalicelib.identity import accounts
+
+    account_id = accounts.create_account("local", utcnow())[0].account_id
+    real = imports.import_openapi
+    attempts: list[int] = []
+
+    def flaky(*args: object, **kwargs: object) -> imports.Report:
+        attempts.append(1)
+        if len(attempts) <= failures:
+            raise Busy("the store is busy; try again shortly")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(imports, "import_openapi", flaky)
+    slept: list[float] = []
+    return account_id, slept, attempts
+
+
+def _demo_api_tools(account_id: str) -> int:
+    from chalicelib.catalog import toolbox
+    from local.demo import DEMO_API_VENDOR
+
+    return sum(1 for head in toolbox.page(account_id, limit=1000, cursor=None).items if head.vendor == DEMO_API_VENDOR)
+
+
+def test_a_demo_import_that_fails_at_first_is_tried_again(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from local import __main__ as local_main
+
+    # GIVEN a first start whose demo import fails once (the store busy)
+    account_id, slept, attempts = _seeding(monkeypatch, failures=1)
+    # WHEN the stack seeds its demo toolbox
+    local_main._seed_demo(account_id, "http://127.0.0.1:9", sleep=slept.append)
+    # THEN it tried again after a short wait, and the toolbox holds the demo API's operations
+    assert len(attempts) == 2 and slept == [local_main.SEED_BACKOFF_SECONDS]
+    assert _demo_api_tools(account_id) > 0
+    assert "Seeded a demo toolbox" in capsys.readouterr().out
+
+
+def test_a_demo_import_that_keeps_failing_is_said_and_the_stack_goes_on(monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from local import __main__ as local_main
+
+    # GIVEN a first start whose demo import fails every time
+    account_id, slept, attempts = _seeding(monkeypatch, failures=100)
+    # WHEN the stack seeds its demo toolbox
+    local_main._seed_demo(account_id, "http://127.0.0.1:9", sleep=slept.append)
+    # THEN it tried a bounded number of times with a growing wait, raised nothing (the stack
+    # starts), and said on stderr what failed and what the toolbox lacks
+    assert len(attempts) == local_main.SEED_ATTEMPTS >= 2
+    assert slept == [local_main.SEED_BACKOFF_SECONDS * 2 ** n for n in range(local_main.SEED_ATTEMPTS - 1)]
+    said = capsys.readouterr()
+    assert "Seeded a demo toolbox" not in said.out
+    assert "failed 3 times (the store is busy; try again shortly)" in said.err
+    assert _demo_api_tools(account_id) == 0
