@@ -283,9 +283,11 @@ def exercise_store() -> set[str]:
     quota = {"limit": 1, "expires_at": now + timedelta(hours=1)}
     assert run(oauth.count_up, "register#203.0.113.7#2026-11-30T07", **quota) is True
     assert oauth.count_up("register#203.0.113.7#2026-11-30T07", **quota) is False  # the quota holds
-    # held listens: an account's slots beside them, taken and given back by conditional writes
-    taken = run(listens.take, "acct", limit=1, now=now, until=now + timedelta(seconds=30))
-    assert taken is not None and listens.take("acct", limit=1, now=now, until=now) is None  # the one slot is held
+    # held listens: an account's slots beside them, taken and given back by conditional writes; a
+    # take that finds its guess held reads the pool's other slots (BatchGetItem)
+    taken = run(listens.take, "acct", limit=2, now=now, until=now + timedelta(seconds=30))
+    assert listens.take("acct", limit=2, now=now, until=now + timedelta(seconds=30)) is not None
+    assert taken is not None and listens.take("acct", limit=2, now=now, until=now) is None  # both slots are held
     run(listens.give_back, "acct", taken)
     code = AuthorizationCode("oc1", "https://chat.acme.test/cb", "c" * 43, "https://w.test/mcp", "mcp", "acct", "a2",
                              "g1", "admin", now + timedelta(minutes=5))
