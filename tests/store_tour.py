@@ -223,6 +223,7 @@ def exercise_store() -> set[str]:
     assert both.policies[("acme", "orders")].policy == "every_call" and ("acme", None) not in both.policies
     assert [setting.name for setting in run(policies.list_all, "acct", limit=10).items] == ["orders"]
     assert len(run(policies.history, "acct", limit=10).items) == 1
+    assert [event.name for event in run(policies.tool_history, "acct", "acme", "orders", limit=10).items] == ["orders"]
     assert [r.run_id for r in run(runs.list_for_agent, "a1", limit=10).items] == ["r6", "r4", "r3", "r2", "r1"]
     assert run(runs.get, "nope") is None
 
@@ -379,7 +380,8 @@ PURE = {"chalicelib.store.history.new_item", "chalicelib.store.history.decision_
         "chalicelib.store.agents.review_actions", "chalicelib.store.agents.decision_record",
         "chalicelib.store.agents.idle_deadline",
         "chalicelib.store.base.page", "chalicelib.store.usage.pair_sk", "chalicelib.store.usage.memory_of",
-        "chalicelib.store.usage.searches_of", "chalicelib.store.policies.setting_of"}
+        "chalicelib.store.usage.searches_of", "chalicelib.store.policies.setting_of",
+        "chalicelib.store.history.history_record"}
 # Public store functions that only the local stack and tests call: the deployed function must
 # not be able to (the template makes the key and its alias), or need not (the template makes the
 # queues, and Lambda's event sources receive and delete their messages).
