@@ -17,7 +17,8 @@
 #            accounts whose policies require tags); each resource also carries workset:stage and
 #            cost-center (the CostCenter parameter).
 # --rollback returns the stack to the release deployed before the current one, in one step, with
-#            no build: each deploy keeps its packaged template at
+#            no build: each deploy of a new template keeps it (not a deploy that changed nothing,
+#            nor one that changed only parameters or tags) at
 #            s3://S3_BUCKET/workset-STAGE/releases/<UTC time>.yaml (the code it names stays in the
 #            bucket: `aws cloudformation package` stores it by content hash), and the rollback
 #            deploys the previous one with the stack's current parameters. Tables are never rolled
@@ -272,6 +273,19 @@ if [ "$mode" = preview ]; then
   echo "(then keep it as a release: aws s3 cp $out/packaged.yaml $releases/\$(date -u +%Y%m%dT%H%M%SZ).yaml)"
   exit 0
 fi
-"${deploy[@]}"
-aws s3 cp --quiet "$out/packaged.yaml" "$releases/$(date -u +%Y%m%dT%H%M%SZ).yaml"
+"${deploy[@]}" | tee "$out/deploy.txt"
+# A release is kept only when its template is new: a copy of the newest one would make a rollback
+# target that changes nothing (a rollback keeps the stack's current parameters and tags).
+newest=$(aws s3 ls "$releases/" 2>/dev/null | awk '{print $4}' | grep '\.yaml$' | sort | tail -1 || true)
+if grep -q "No changes to deploy" "$out/deploy.txt"; then
+  echo "nothing changed: $stack already runs this release with these parameters and tags"
+fi
+if [ -n "$newest" ] && aws s3 cp --quiet "$releases/$newest" "$out/newest-release.yaml" &&
+   cmp -s "$out/packaged.yaml" "$out/newest-release.yaml"; then
+  echo "the template is the newest release's ($newest): no new release kept"
+else
+  # new, or running but never kept (a preview's change set executed by hand)
+  aws s3 cp --quiet "$out/packaged.yaml" "$releases/$(date -u +%Y%m%dT%H%M%SZ).yaml"
+  echo "kept as a release: $releases/"
+fi
 aws cloudformation describe-stacks --stack-name "$stack" --query "Stacks[0].Outputs" --output table

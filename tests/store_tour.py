@@ -223,6 +223,7 @@ def exercise_store() -> set[str]:
     assert both.policies[("acme", "orders")].policy == "every_call" and ("acme", None) not in both.policies
     assert [setting.name for setting in run(policies.list_all, "acct", limit=10).items] == ["orders"]
     assert len(run(policies.history, "acct", limit=10).items) == 1
+    assert [event.name for event in run(policies.tool_history, "acct", "acme", "orders", limit=10).items] == ["orders"]
     assert [r.run_id for r in run(runs.list_for_agent, "a1", limit=10).items] == ["r6", "r4", "r3", "r2", "r1"]
     assert run(runs.get, "nope") is None
 
@@ -283,9 +284,11 @@ def exercise_store() -> set[str]:
     quota = {"limit": 1, "expires_at": now + timedelta(hours=1)}
     assert run(oauth.count_up, "register#203.0.113.7#2026-11-30T07", **quota) is True
     assert oauth.count_up("register#203.0.113.7#2026-11-30T07", **quota) is False  # the quota holds
-    # held listens: an account's slots beside them, taken and given back by conditional writes
-    taken = run(listens.take, "acct", limit=1, now=now, until=now + timedelta(seconds=30))
-    assert taken is not None and listens.take("acct", limit=1, now=now, until=now) is None  # the one slot is held
+    # held listens: an account's slots beside them, taken and given back by conditional writes; a
+    # take that finds its guess held reads the pool's other slots (BatchGetItem)
+    taken = run(listens.take, "acct", limit=2, now=now, until=now + timedelta(seconds=30))
+    assert listens.take("acct", limit=2, now=now, until=now + timedelta(seconds=30)) is not None
+    assert taken is not None and listens.take("acct", limit=2, now=now, until=now) is None  # both slots are held
     run(listens.give_back, "acct", taken)
     code = AuthorizationCode("oc1", "https://chat.acme.test/cb", "c" * 43, "https://w.test/mcp", "mcp", "acct", "a2",
                              "g1", "admin", now + timedelta(minutes=5))
@@ -377,7 +380,8 @@ PURE = {"chalicelib.store.history.new_item", "chalicelib.store.history.decision_
         "chalicelib.store.agents.review_actions", "chalicelib.store.agents.decision_record",
         "chalicelib.store.agents.idle_deadline",
         "chalicelib.store.base.page", "chalicelib.store.usage.pair_sk", "chalicelib.store.usage.memory_of",
-        "chalicelib.store.usage.searches_of", "chalicelib.store.policies.setting_of"}
+        "chalicelib.store.usage.searches_of", "chalicelib.store.policies.setting_of",
+        "chalicelib.store.history.history_record"}
 # Public store functions that only the local stack and tests call: the deployed function must
 # not be able to (the template makes the key and its alias), or need not (the template makes the
 # queues, and Lambda's event sources receive and delete their messages).

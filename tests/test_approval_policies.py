@@ -5,7 +5,9 @@ agent can never lower a policy."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from typing import Any
 
 import pytest
@@ -217,3 +219,58 @@ def test_a_vendors_default_is_named_alike_in_the_settings_and_their_history(admi
     [event] = admin.call("GET", "/v1/approval-policies/history").json_body["items"]
     assert (setting["vendor"], setting["name"]) == (event["vendor"], event["name"]) == ("unleashed", None)
     assert event["cause"] == "every_call"
+
+
+# --- a tool's own policy changes, however many others came after ------------------------------------
+
+def _history_rows(page: str) -> list[str]:
+    table = re.search(r'<table id="policy-history">(.*?)</table>', html.unescape(page), re.DOTALL)
+    return re.findall(r"<td>(this tool|the vendor's default): ([a-z ]+)</td>", table.group(1)) if table else []
+
+
+def test_a_tools_old_policy_change_is_on_its_page_after_many_others(admin: Admin, console: Console,
+                                                                   tools: None) -> None:
+    # GIVEN a person set create-order's policy, then 60 changes to another tool's
+    assert _policy(admin, "/v1/tools/unleashed/create-order", "every_call").status_code == 200
+    for turn in range(60):
+        _policy(admin, "/v1/tools/unleashed/delete-order", "first_call" if turn % 2 else "every_call")
+    # WHEN the person opens create-order's page
+    page = console.get("/console/tools/unleashed/create-order").body.decode()
+    # THEN its own change is there, and none of the other tool's
+    assert _history_rows(page) == [("this tool", "every call")]
+
+
+def test_a_tools_changes_page_on_past_a_bounded_read(admin: Admin, console: Console, tools: None,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN reads of 10 changes at a time, create-order's policy and its vendor's default set, then
+    # 35 changes to another tool's
+    from chalicelib.store import policies as policy_store
+
+    monkeypatch.setattr(policy_store, "TOOL_HISTORY_READS", 1)
+    monkeypatch.setattr(policy_store, "TOOL_HISTORY_PAGE_SIZE", 10)
+    _policy(admin, "/v1/tools/unleashed/create-order", "first_call")
+    assert _policy(admin, "/v1/vendors/unleashed", "every_call").status_code == 200
+    for turn in range(35):
+        _policy(admin, "/v1/tools/unleashed/delete-order", "first_call" if turn % 2 else "every_call")
+    # WHEN the person follows "Older policy changes" from the tool's page
+    path, seen, links = "/console/tools/unleashed/create-order", [], 0
+    while path:
+        answer = console.get(path)
+        assert answer.status_code == 200, answer.body
+        page = answer.body.decode()
+        seen += _history_rows(page)
+        older = re.search(r'id="older-policy-changes" href="([^"]+)"', page)
+        path = html.unescape(older.group(1)).split("#")[0] if older else ""
+        links += 1
+        assert links < 10
+    # THEN both of its changes were reached, newest first, and the links ended; each page read at
+    # most 10 of the 37 changes (the last page holds the 7 oldest)
+    assert seen == [("the vendor's default", "every call"), ("this tool", "first call")]
+    assert links == 4
+
+
+@pytest.mark.parametrize("cursor", ["x", "e30", "eyJhZ2VudF9pZCI6IHsiUyI6ICJvdGhlciJ9fQ"])
+def test_a_forged_changes_cursor_is_refused(console: Console, tools: None, cursor: str) -> None:
+    # a cursor is attacker-controlled text: one we did not make, or made for another partition
+    answer = console.get(f"/console/tools/unleashed/create-order?changes={cursor}")
+    assert answer.status_code == 400, answer.body

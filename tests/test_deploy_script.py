@@ -36,13 +36,27 @@ case "$1 $2" in
     cp "$source" "$target" ;;
   "cloudformation deploy")
     if [[ " $* " == *" --no-execute-changeset "* ]]; then cat "$FAKE/change-set-answer"; exit 0; fi
+    request=$*
     while [ $# -gt 0 ]; do
-      if [ "$1" = --template-file ]; then echo "deployed $(cat "$2")" >> "$FAKE/deployed"; fi
+      if [ "$1" = --template-file ]; then template=$(cat "$2"); fi
       shift
-    done ;;
+    done
+    # as the CLI does with --no-fail-on-empty-changeset: the same template, parameters and tags
+    # again are an empty change set, said so, exit 0
+    if [ -f "$FAKE/deployed" ] && [ "$(tail -1 "$FAKE/deployed")" = "deployed $template" ] &&
+       [ "$(cat "$FAKE/last-request")" = "$request" ]; then
+      printf '\nWaiting for changeset to be created..\n\nNo changes to deploy. Stack workset-prod is up to date\n'
+    else
+      echo "deployed $template" >> "$FAKE/deployed"
+      echo "$request" > "$FAKE/last-request"
+      printf '\nWaiting for stack create/update to complete\nSuccessfully created/updated stack - workset-prod\n'
+    fi ;;
   "apigateway get-account") echo "arn:aws:iam::123456789012:role/api-gateway-logs" ;;
   "ssm describe-parameters") echo SecureString ;;
-  "cloudformation describe-stacks") echo "Stack with id workset-x does not exist" >&2; exit 254 ;;
+  "cloudformation describe-stacks")
+    if [ ! -f "$FAKE/deployed" ]; then echo "Stack with id workset-x does not exist" >&2; exit 254; fi
+    echo "Outputs" ;;
+  "cloudformation describe-stack-resource") echo "APIHandlerLogGroup" ;;
   "cloudformation package")
     while [ $# -gt 0 ]; do
       case $1 in --template-file) from=$2 ;; --output-template-file) to=$2 ;; esac
@@ -202,18 +216,24 @@ CREATED = ("Waiting for changeset to be created..\nChangeset created successfull
 EMPTY = "Waiting for changeset to be created..\n\nNo changes to deploy. Stack workset-prod is up to date\n"
 
 
-def _preview(fake: Fake, answer: str) -> subprocess.CompletedProcess[str]:
+def _built(fake: Fake, *arguments: str, template: str = "{}") -> subprocess.CompletedProcess[str]:
+    """deploy.sh run from a copy of the tree whose build writes TEMPLATE as the stage's SAM template."""
     tree = fake.home / "tree"
-    (tree / "infra").mkdir(parents=True)
+    (tree / "infra").mkdir(parents=True, exist_ok=True)
     (tree / "infra" / "deploy.sh").write_text((ROOT / "infra" / "deploy.sh").read_text())
     build = tree / "infra" / "build.sh"
-    build.write_text('#!/usr/bin/env bash\nmkdir -p "$2" && echo "{}" > "$2/sam.json"\n')
+    build.write_text('#!/usr/bin/env bash\nmkdir -p "$2" && cat "$FAKE/template" > "$2/sam.json"\n')
     build.chmod(0o755)
-    (fake.home / "change-set-answer").write_text(answer)
+    (fake.home / "template").write_text(template)
     environment = {**os.environ, "PATH": f"{fake.home / 'bin'}:{os.environ['PATH']}", "FAKE": str(fake.home),
                    "AWS_DEFAULT_REGION": "us-east-1"}
-    return subprocess.run(["bash", str(tree / "infra" / "deploy.sh"), "--preview", "prod", BUCKET],
-                          capture_output=True, text=True, env=environment, timeout=HANG_GUARD, check=False)
+    return subprocess.run(["bash", str(tree / "infra" / "deploy.sh"), *arguments], capture_output=True,
+                          text=True, env=environment, timeout=HANG_GUARD, check=False)
+
+
+def _preview(fake: Fake, answer: str) -> subprocess.CompletedProcess[str]:
+    (fake.home / "change-set-answer").write_text(answer)
+    return _built(fake, "--preview", "prod", BUCKET)
 
 
 def test_a_preview_describes_the_change_set_it_made_not_the_stacks_newest(fake: Fake) -> None:
@@ -237,3 +257,64 @@ def test_a_preview_with_nothing_to_change_says_so_and_offers_nothing_to_apply(fa
     assert "no change" in result.stdout.lower()
     assert "execute-change-set" not in result.stdout
     assert not any("describe-change-set" in call for call in fake.calls())
+
+
+def _releases(fake: Fake) -> dict[str, str]:
+    folder = fake.home / "bucket" / BUCKET / "workset-prod" / "releases"
+    return {path.name: path.read_text() for path in sorted(folder.iterdir())} if folder.exists() else {}
+
+
+def test_a_deploy_with_nothing_changed_says_so_and_keeps_no_new_release(fake: Fake) -> None:
+    # GIVEN a stage deployed once, its release kept
+    first = _built(fake, "prod", BUCKET, template="A")
+    assert first.returncode == 0, first.stderr
+    assert list(_releases(fake).values()) == ["A"]
+    kept = fake.home / "bucket" / BUCKET / "workset-prod" / "releases"
+    next(kept.iterdir()).rename(kept / "20261201T100000Z.yaml")  # a day ago: a new copy would get a new name
+    # WHEN it is deployed again with the same build, parameters and tags
+    again = _built(fake, "prod", BUCKET, template="A")
+    # THEN it says nothing changed, and the only release is still the first (a rollback goes nowhere new)
+    assert again.returncode == 0, again.stderr
+    assert "nothing changed" in again.stdout
+    assert _releases(fake) == {"20261201T100000Z.yaml": "A"}
+    assert fake.deployed() == ["A"]
+
+
+def test_a_deploy_of_a_new_template_keeps_it_as_the_newest_release(fake: Fake) -> None:
+    # GIVEN release A kept and running
+    fake.release("prod", "20261201T100000Z.yaml", "A")
+    (fake.home / "deployed").write_text("deployed A\n")
+    # WHEN a changed build B is deployed
+    result = _built(fake, "prod", BUCKET, template="B")
+    # THEN B is kept after A, and a rollback would go back to A
+    assert result.returncode == 0, result.stderr
+    assert "nothing changed" not in result.stdout
+    assert list(_releases(fake).values()) == ["A", "B"]
+    rollback = fake.run("--rollback", "prod", BUCKET)
+    assert rollback.returncode == 0, rollback.stderr
+    assert fake.deployed()[-1] == "A"
+
+
+def test_a_deploy_changing_only_a_parameter_keeps_no_copy_of_the_same_template(fake: Fake) -> None:
+    # GIVEN release A deployed by this script
+    assert _built(fake, "prod", BUCKET, template="A").returncode == 0
+    # WHEN only a parameter changes
+    result = _built(fake, "prod", BUCKET, "LogRetentionInDays=90", template="A")
+    # THEN the stack is updated, but no second copy of A becomes a rollback target
+    assert result.returncode == 0, result.stderr
+    assert fake.deployed() == ["A", "A"]
+    assert "no new release kept" in result.stdout and "nothing changed" not in result.stdout
+    assert list(_releases(fake).values()) == ["A"]
+
+
+def test_a_deploy_with_nothing_changed_keeps_a_release_not_kept_before(fake: Fake) -> None:
+    # GIVEN a stack running B (a preview's change set executed by hand, its copy never kept) over release A
+    fake.release("prod", "20261201T100000Z.yaml", "A")
+    assert _built(fake, "prod", BUCKET, template="B").returncode == 0
+    (fake.home / "bucket" / BUCKET / "workset-prod" / "releases").joinpath(
+        next(name for name, text in _releases(fake).items() if text == "B")).unlink()
+    # WHEN B is deployed again (CloudFormation: nothing to change)
+    result = _built(fake, "prod", BUCKET, template="B")
+    # THEN B is kept as the newest release: a rollback from it goes to A, not to B again
+    assert result.returncode == 0, result.stderr
+    assert list(_releases(fake).values()) == ["A", "B"]

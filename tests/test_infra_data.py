@@ -43,6 +43,25 @@ def test_a_history_event_carries_its_expiry(days: int, settings_env: Any) -> Non
     assert app_config.settings().history_retention_days == days
 
 
+@pytest.mark.parametrize("days", [400, 30])
+def test_every_kind_of_history_event_is_stored_with_its_expiry(days: int, settings_env: Any) -> None:
+    # issue 27 (a retention parameter, 400 days by default) over SPEC's "never deleted": a decision on
+    # a run and a person's policy change expire as promotions do, counted from when they happened
+    from chalicelib.store import policies
+    from chalicelib.store.models import HistoryItem, policy_partition
+    from chalicelib.store.records import Run
+
+    settings_env(WORKSET_HISTORY_RETENTION_DAYS=str(days))
+    at = utcnow()
+    run = Run(run_id="r1", agent_id="agent-1", account_id="acct", vendor="shop", name="a", version=1, input={},
+              status="awaiting_approval", created_at=at, updated_at=at, lease_expires_at=at)
+    decision = history.decision_item(run, history.APPROVED, "admin", at)
+    assert decision.serialize()["ttl"] == {"N": str(int((at + timedelta(days=days)).timestamp()))}
+    policies.put("acct", "shop", "a", "every_call", "admin", at)
+    [stored] = HistoryItem.query(policy_partition("acct"))
+    assert stored.ttl == (at + timedelta(days=days)).replace(microsecond=0)
+
+
 def test_daily_backups_of_every_table_are_an_option() -> None:
     doc = template()
     resources = doc["Resources"]

@@ -87,3 +87,75 @@ def test_a_slot_that_cannot_be_given_back_does_not_fail_the_answer(
     answer = _listen(mcp)
     # THEN the listen is answered as it would be (acknowledged, then closed), not crashed
     assert answer.status_code == 200 and answer.json_body["result"]["resultType"] == "complete", answer.json_body
+
+
+# --- what a slot costs, and what it leaves in the table ----------------------------------------------
+
+@pytest.mark.parametrize("pool", ["", workingset.APPROVAL_HOLDS])
+def test_a_refusal_costs_one_write_and_one_read_whatever_the_limit(pool: str) -> None:
+    # GIVEN an account whose 25 slots of the pool are all held
+    from bench.dynamo_calls import DynamoCalls
+
+    now = utcnow()
+    until = now + timedelta(seconds=30)
+    held = [listens.take("acct-1", limit=25, now=now, until=until, pool=pool) for _ in range(25)]
+    assert None not in held
+    counter = DynamoCalls().install()
+    # WHEN another take is refused
+    with counter.measure() as made:
+        refused = listens.take("acct-1", limit=25, now=now, until=until, pool=pool)
+    # THEN it cost one conditional write (the guess) and one read of the pool, not a write per slot
+    assert refused is None
+    assert sorted(made) == ["BatchGetItem", "UpdateItem"], made
+
+
+def test_a_take_in_a_busy_pool_writes_only_to_the_free_slot() -> None:
+    # GIVEN 9 of an account's 10 slots held
+    from bench.dynamo_calls import DynamoCalls
+
+    now = utcnow()
+    until = now + timedelta(seconds=30)
+    held = [listens.take("acct-1", limit=10, now=now, until=until) for _ in range(10)]
+    listens.give_back("acct-1", held[4] or "")
+    counter = DynamoCalls().install()
+    # WHEN another listen takes one
+    with counter.measure() as made:
+        taken = listens.take("acct-1", limit=10, now=now, until=until)
+    # THEN it has the free slot, after at most two writes (its guess, then the slot the read found free)
+    assert taken is not None and taken.split(":")[0] == (held[4] or "").split(":")[0]
+    assert made.count("UpdateItem") <= 2 and made.count("BatchGetItem") <= 1, made
+
+
+def test_a_slot_given_back_keeps_its_ttl_so_dynamodb_drops_it() -> None:
+    # GIVEN a slot taken and given back
+    from chalicelib.store.models import LISTEN_SLOT_PREFIX, ListenSlotItem
+
+    now = utcnow()
+    taken = listens.take("acct-1", limit=1, now=now, until=now + timedelta(seconds=30))
+    assert taken is not None
+    listens.give_back("acct-1", taken)
+    # THEN its item still carries the TTL (else it would stay in the table forever), and it is free
+    item = ListenSlotItem.get(f"{LISTEN_SLOT_PREFIX}acct-1#0", consistent_read=True)
+    assert item.ttl is not None and item.holder is None
+    assert listens.take("acct-1", limit=1, now=now, until=now + timedelta(seconds=30)) is not None
+
+
+def test_a_slot_freed_before_slots_kept_their_ttl_is_free() -> None:
+    # GIVEN a slot given back the old way: its holder kept, its ttl removed
+    from chalicelib.store.models import LISTEN_SLOT_PREFIX, ListenSlotItem
+
+    ListenSlotItem(token_hash=f"{LISTEN_SLOT_PREFIX}acct-1#0", holder="0123456789abcdef").save()
+    # WHEN a listen takes a slot THEN it gets it
+    now = utcnow()
+    assert listens.take("acct-1", limit=1, now=now, until=now + timedelta(seconds=30)) is not None
+
+
+def test_a_stale_read_never_lets_two_hold_one_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a full pool, and a read that (stale, or raced) says every slot is free
+    now = utcnow()
+    until = now + timedelta(seconds=30)
+    held = {listens.take("acct-1", limit=5, now=now, until=until) for _ in range(5)}
+    assert None not in held
+    monkeypatch.setattr(listens, "_held", lambda account_id, slots, now: set())
+    # WHEN another take tries those slots THEN each conditional write refuses, and it holds nothing
+    assert listens.take("acct-1", limit=5, now=now, until=until) is None

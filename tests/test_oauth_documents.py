@@ -22,6 +22,7 @@ refusals of private addresses use a stubbed resolver and record every connection
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -36,7 +37,7 @@ from chalice.test import Client
 
 from chalicelib.oauth import documents
 from tests import test_oauth
-from tests.conftest import Console
+from tests.conftest import Admin, Console
 from tests.test_console import text
 from tests.test_oauth import REDIRECT, Clock, Flow, Pkce, authorize_query, mcp, redirected, token
 
@@ -412,3 +413,38 @@ def test_the_documents_name_is_shown_as_text(console: Console, clock: Clock, ser
     body = text(consent_page(console, client_id))
     # THEN the name is text on the page, never markup
     assert "<script>alert(1)" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+
+
+# --- how a person sees the client afterwards ------------------------------------------------------
+
+@pytest.mark.parametrize("cache", ["no-store", "max-age=3600"])
+def test_a_granted_document_client_is_never_named_by_its_bare_host(client: Client, console: Console, clock: Clock,
+                                                                   served: DocumentServer, admin: Admin,
+                                                                   cache: str) -> None:
+    # GIVEN a document client (no name of its own: an attacker's host is all there is to read) that
+    # redeems its code where its document is not cached (no-store: another instance), or is
+    client_id = served.serve("/client.json", {"client_name": ""}, headers={"Cache-Control": cache})
+    host = client_id.split("/")[2]
+    agent = admin.create_agent("hermes")
+    flow = Flow(client, console, client_id, Pkce.new())
+    assert flow.redeem(flow.code(agent=agent["id"])).status_code == 200
+    # WHEN a person reads the agent's OAuth clients, in the console and through the API
+    page = text(console.get(f"/console/agents/{agent['id']}"))
+    grants = json.loads(admin.call("GET", f"/v1/agents/{agent['id']}/grants").body)["items"]
+    # THEN the client is named by its whole client ID URL, never by the bare host, and the console
+    # says, as the consent page does, that the host is only what identified it
+    assert [grant["client_name"] for grant in grants] == [client_id]
+    cell = re.search(r'<td data-label="Client">(.*?)</td>', page, re.DOTALL)
+    assert cell is not None, page
+    assert not re.match(rf"\s*{re.escape(host)}\s*<", cell.group(1)), cell.group(1)
+    assert f"identified by {host}" in cell.group(1)
+
+
+def test_the_token_side_names_an_uncached_document_client_by_its_url() -> None:
+    # GIVEN a client ID URL whose document no cache holds
+    documents.forget()
+    client_id = "https://claude.ai.example/oauth/client.json"
+    # WHEN the token or revocation endpoint names it
+    named = documents.public_client(client_id, test_oauth.utcnow())
+    # THEN the name is the whole URL (read as an address), never the host alone (read as a brand)
+    assert named is not None and named.client_name == client_id

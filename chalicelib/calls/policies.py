@@ -97,5 +97,10 @@ def history(account_id: str, *, limit: int, cursor: str | None) -> Page:
     return policy_store.history(account_id, limit=limit, cursor=cursor)
 
 
+def tool_history(account_id: str, vendor: str, name: str, *, limit: int, cursor: str | None) -> Page:
+    """The changes of one tool's policy and of its vendor's default, newest first; `next` pages on."""
+    return policy_store.tool_history(account_id, vendor, name, limit=limit, cursor=cursor)
+
+
 def _vendor_ok(vendor: str) -> bool:
     return re.fullmatch(VENDOR_PATTERN, vendor) is not None

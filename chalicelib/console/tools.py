@@ -15,7 +15,7 @@ from chalicelib.console.common import PAGE_SIZE, Ctx, action, agent_names, page,
 from chalicelib.store.records import ToolVersion
 
 SEARCH_LIMIT = 50
-POLICY_EVENTS = 50  # the account's newest policy changes, read for a tool's page
+POLICY_EVENTS = 50  # a tool's policy changes shown on its page; older ones a link away
 
 
 @page("/console/tools")
@@ -45,14 +45,15 @@ def tool_page(ctx: Ctx, vendor: str, name: str) -> Response:
         raise NotFound(f"{vendor}/{name} has no version {wanted}")
     head = toolbox.resolve(ctx.account_id, vendor, name)  # the newest, whether it is unavailable, its guard
     settings = policies.settings_for(ctx.account_id, [head])
-    changes = [event for event in policies.history(ctx.account_id, limit=POLICY_EVENTS, cursor=None).items
-               if event.vendor == vendor and event.name in (name, "*")]
+    changes = policies.tool_history(ctx.account_id, vendor, name, limit=POLICY_EVENTS,
+                                    cursor=ctx.params.get("changes") or None)
     return ctx.render("tool.html", vendor=vendor, name=name, versions=versions, shown=shown, head=head.version,
                       newest=head, promoted_for=_promoted_for(ctx.account_id, [shown]),
                       names=agent_names(ctx.account_id), done=ctx.params.get("done"),
                       policy=policies.effective(head, settings), policy_default=policies.default(head),
                       own_policy=settings.get(head.key), vendor_policy=settings.get((vendor, None)),
-                      policy_changes=changes)
+                      policy_changes=changes.items, older_changes=changes.next,
+                      changes_cursor=ctx.params.get("changes"))
 
 
 @action("/console/tools/{vendor}/{name}/approval-policy")

@@ -23,6 +23,11 @@ consent page is behind the console's sign-in, so a stranger cannot make Workset 
 
 The token and revocation endpoints never fetch: a public client proves nothing there beyond its
 id, and the code or grant it presents is bound to that id already (`public_client`).
+
+A client that names nothing (no `client_name`, or not cached where its code is redeemed) is named
+by its whole client ID URL, never by its host alone: a host is attacker-chosen text that a person
+reads as a brand ("claude.ai.example"), a URL reads as the address it is. Wherever a person sees
+such a client, the host is shown as what identified it (`identified_by`), as on the consent page.
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ class MetadataDocument(Registration):
     properties Workset does not use are ignored."""
 
     client_id: str = Field(max_length=urls.MAX_CHARS)
-    client_name: str = Field(default="", max_length=100)  # the MCP page requires it; absent, the host names it
+    client_name: str = Field(default="", max_length=100)  # the MCP page requires it; absent, the URL names it
     redirect_uris: list[str] = Field(min_length=1, max_length=MAX_REDIRECT_URIS)
     token_endpoint_auth_method: Literal["none"] = "none"
 
@@ -129,17 +134,17 @@ def resolve(client_id: str, now: datetime) -> OAuthClient:
 def public_client(client_id: str, now: datetime) -> OAuthClient | None:
     """A metadata-document client as the token and revocation endpoints know it, without a fetch:
     public (it authenticates by its id alone, which the code or grant it presents is bound to),
-    named as its cached document names it, else by its host. None for an id that is not a
-    client identifier URL."""
+    named as its cached document names it, else by its whole URL (never its bare host). None for
+    an id that is not a client identifier URL."""
     try:
-        url = client_id_url(client_id)
+        client_id_url(client_id)
     except DocumentRefused:
         return None
     with _lock:
         cached = _cache.get(client_id)
     if cached is not None:
         return cached.client
-    return OAuthClient(client_id=client_id, client_name=url.netloc, redirect_uris=(), auth_method="none",
+    return OAuthClient(client_id=client_id, client_name=client_id, redirect_uris=(), auth_method="none",
                        created_at=now, dynamic=False)
 
 
@@ -191,7 +196,7 @@ def _client(client_id: str, response: outbound.HttpResponse, now: datetime) -> O
         raise DocumentRefused(f"its metadata document is not valid ({_first(error)})") from None
     if document.client_id != client_id:
         raise DocumentRefused("its metadata document names another client_id than the URL it is at")
-    return OAuthClient(client_id=client_id, client_name=document.client_name or urls.parse(client_id).netloc,
+    return OAuthClient(client_id=client_id, client_name=document.client_name or client_id,
                        redirect_uris=tuple(dict.fromkeys(document.redirect_uris)), auth_method="none",
                        created_at=now, client_uri=document.client_uri, dynamic=False)
 

@@ -204,6 +204,37 @@ def page(model: type[Model], hash_key: str, *, limit: int, cursor: str | None, r
     return Page(items=items, next=encode_cursor(result.last_evaluated_key))
 
 
+def filtered_page(model: type[Model], hash_key: str, *, limit: int, cursor: str | None, record: Callable[[Any], Any],
+                  reads: int, page_size: int, **query: Any) -> Page:
+    """`page` for a query whose `filter_condition` may match few of the items it reads: at most
+    `reads` Queries of `page_size` items each (a bounded cost, however rare the matches), and a
+    `next` cursor that resumes where the reading stopped (after the last item answered once
+    `limit` matched), so paging on reaches every match. A page may hold no item and a cursor."""
+    partition = next(attribute.attr_name for attribute in _key_attributes(model) if attribute.is_hash_key)
+    start = decode_cursor(cursor, keys=_key_types(model, None), **{partition: hash_key})
+    key_names = [attribute.attr_name for attribute in _key_attributes(model)]
+    items: list[Any] = []
+    try:
+        pages = model.query(hash_key, last_evaluated_key=start, page_size=page_size, **query).page_iter
+        for _ in range(reads):
+            answer = next(pages, None)
+            if answer is None:
+                break
+            found = answer.get("Items", [])
+            for index, raw in enumerate(found):
+                items.append(record(model.from_raw_data(raw)))
+                if len(items) == limit:
+                    more = index + 1 < len(found) or pages.last_evaluated_key is not None
+                    return Page(items=items, next=encode_cursor({name: raw[name] for name in key_names}) if more else None)
+            if pages.last_evaluated_key is None:
+                break
+    except QueryError as error:
+        if start is not None and error.cause_response_code == "ValidationException":
+            raise _bad_cursor() from error
+        raise
+    return Page(items=items, next=encode_cursor(pages.last_evaluated_key))
+
+
 def decode_cursor(cursor: str | None, *, keys: Mapping[str, str] | None = None, **scope: str) -> dict[str, Any] | None:
     """The last key a cursor stands for. A cursor we did not make is bad input: not base64 of
     strict JSON (`jsontext.loads`), not a map of attribute name to one typed, non-empty value,

@@ -64,10 +64,11 @@ def decision_item(run: Run, action: str, actor: str, at: datetime) -> HistoryIte
 
 def list_events(agent_id: str, *, limit: int, cursor: str | None = None) -> Page:
     """The agent's events, newest first."""
-    return page(HistoryItem, agent_id, limit=limit, cursor=cursor, record=_record, scan_index_forward=False)
+    return page(HistoryItem, agent_id, limit=limit, cursor=cursor, record=history_record, scan_index_forward=False)
 
 
-def _record(item: HistoryItem) -> HistoryEvent:
+def history_record(item: HistoryItem) -> HistoryEvent:
+    """The event an item records."""
     return HistoryEvent(
         vendor=item.vendor,
         name=item.name,

@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from chalicelib.store.base import page, transaction
-from chalicelib.store.history import list_events, new_item
-from chalicelib.store.models import ANY_TOOL, PolicyItem, policy_partition, policy_sk
+from chalicelib.store.base import filtered_page, page, transaction
+from chalicelib.store.history import history_record, list_events, new_item
+from chalicelib.store.models import ANY_TOOL, HistoryItem, PolicyItem, policy_partition, policy_sk
 from chalicelib.store.records import HistoryEvent, Page, PolicySetting
 
 POLICY_ACTION = "approval_policy"  # a history event's action; its cause is the policy set, or `default`
 CLEARED = "default"
+TOOL_HISTORY_READS = 4  # Queries one page of a tool's changes reads at most...
+TOOL_HISTORY_PAGE_SIZE = 100  # ...each of this many of the account's changes
 
 
 def get_many(account_id: str, keys: Iterable[tuple[str, str | None]]) -> dict[tuple[str, str | None], PolicySetting]:
@@ -48,6 +50,17 @@ def put(account_id: str, vendor: str, name: str | None, policy: str | None, pers
 def history(account_id: str, *, limit: int, cursor: str | None = None) -> Page:
     """Every change of the account's policies, newest first."""
     return list_events(policy_partition(account_id), limit=limit, cursor=cursor)
+
+
+def tool_history(account_id: str, vendor: str, name: str, *, limit: int, cursor: str | None = None) -> Page:
+    """The changes of one tool's policy and of its vendor's default, newest first: the account's
+    policy history filtered by the tool, read in at most TOOL_HISTORY_READS Queries; `next` goes on
+    where the reading stopped, so every change of the tool is reachable however many others came
+    after it."""
+    wanted = (HistoryItem.vendor == vendor) & HistoryItem.name.is_in(name, ANY_TOOL)
+    return filtered_page(HistoryItem, policy_partition(account_id), limit=limit, cursor=cursor, record=history_record,
+                         reads=TOOL_HISTORY_READS, page_size=TOOL_HISTORY_PAGE_SIZE, filter_condition=wanted,
+                         scan_index_forward=False)
 
 
 def setting_of(item: PolicyItem) -> PolicySetting:
