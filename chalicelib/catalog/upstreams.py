@@ -200,7 +200,8 @@ def _list_tools(upstream: Upstream) -> tuple[str, list[Any]]:
         credential = credentials.credential(upstream.account_id, upstream.connection_id, upstream.url)
         headers[credential.header] = credential.value
     client = mcpclient.Upstream(url=upstream.url, headers=headers, timeout=config.vendor_timeout_seconds,
-                                max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network)
+                                max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network,
+                                tenant=upstream.account_id)
     return mcpclient.list_tools(client)
 
 

@@ -7,7 +7,8 @@ result naming that revision, the handshake era (`initialize`, a session id if th
 one, `notifications/initialized`). What was negotiated is kept per process, so a warm Lambda does
 not handshake per call. An answer is JSON or an event stream; of a stream only our response
 counts: notifications are ignored, and so are the server's own requests (sampling, elicitation,
-roots), which nothing here can answer.
+roots), which nothing here can answer. A session is kept per tenant (account) as well as per
+server and credential: two accounts calling the same keyless server never share one.
 
 The server is hostile: every failure is a VendorError (VendorTimeout at the deadline) saying what
 was wrong, with the server's text clipped and nothing of the headers we sent in it.
@@ -57,6 +58,9 @@ class Upstream:
     allow_private: bool
     revision: str | None = None  # known revision (skip negotiation), else negotiate
     deadline: float | None = field(default=None, repr=False)  # time.monotonic() by which all must be over
+    # whose calls these are (the account): a session a server minted is never used for another
+    # tenant's calls, since a server may keep state in it (a browser, a scratchpad)
+    tenant: str = ""
 
     def started(self) -> Upstream:
         """The same server with the deadline set `timeout` from now: every exchange of one
@@ -137,15 +141,15 @@ def forget_sessions() -> None:
 
 # --- sessions: negotiated once per process and server -------------------------------------------
 
-_sessions: OrderedDict[tuple[str, str, str | None], _Session] = OrderedDict()
+_sessions: OrderedDict[tuple[str, str, str, str | None], _Session] = OrderedDict()
 _lock = threading.Lock()
 
 
 def _request(upstream: Upstream, method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """One request on the server's session: (the revision spoken, the result). An expired
     session (HTTP 404) is opened again once; a session that fails in any way is forgotten."""
-    key = (upstream.url, hashlib.sha256(json.dumps(sorted(upstream.headers.items())).encode()).hexdigest(),
-           upstream.revision)
+    key = (upstream.tenant, upstream.url,
+           hashlib.sha256(json.dumps(sorted(upstream.headers.items())).encode()).hexdigest(), upstream.revision)
     with _lock:
         session = _sessions.get(key)
     try:
