@@ -315,3 +315,51 @@ def test_the_sweep_queues_an_hourly_sync_of_each_server(admin: Admin, client: Cl
     work(client, messages)
     after = admin.call("GET", "/v1/upstreams/weather").json_body
     assert after["synced_at"] > before and after["last_sync"]["ok"] is True
+
+
+@pytest.fixture
+def echoing() -> Iterator[str]:
+    """A handshake-era server that lists its tools once, then refuses tools/list with an error
+    quoting the Authorization header it got, decoded (what a careless or hostile server does)."""
+    import base64
+
+    listed: list[int] = []
+
+    class Handler(JsonHandler):
+        def do_POST(self) -> None:
+            message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            method = message["method"]
+            if method == "server/discover":
+                self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
+            elif method == "notifications/initialized":
+                self.reply(202, None)
+            elif method == "initialize":
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"],
+                                 "result": {"protocolVersion": "2025-11-25", "capabilities": {}}})
+            elif not listed:
+                listed.append(1)
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": {"tools": [
+                    {"name": "echo", "description": "Echo text back.", "inputSchema": {"type": "object"}}]}})
+            else:
+                sent = base64.b64decode(self.headers["Authorization"].removeprefix("Basic ")).decode()
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "error": {
+                    "code": -32000, "message": f"user {sent} may not list; password {sent.partition(':')[2]!r}"}})
+
+    with serving(Handler) as base:
+        yield f"{base}/mcp"
+
+
+def test_a_server_quoting_its_decoded_credential_in_an_error_never_shows_it(admin: Admin, echoing: str) -> None:
+    # GIVEN a server reached with a basic credential, registered while it behaved
+    password = "pw-Very-Secret-42"
+    connection = admin.call("POST", "/v1/connections", {"vendor": "echoes", "hosts": [echoing.split("/")[2]],
+                                                        "auth": {"type": "basic", "username": "svc",
+                                                                 "password": password}})
+    assert _register(admin, echoing, vendor="echoes", connection=connection.json_body["id"]).status_code == 201
+    # WHEN a sync meets an error that quotes the decoded credential
+    failed = admin.call("POST", "/v1/upstreams/echoes/sync")
+    remembered = admin.call("GET", "/v1/upstreams/echoes").json_body
+    # THEN the sync fails, and neither its answer nor what is remembered of it holds the password
+    assert failed.status_code == 502 and "may not list" in failed.json_body["error"]["message"]
+    assert password not in json.dumps(failed.json_body)
+    assert password not in json.dumps(remembered)

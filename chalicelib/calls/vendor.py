@@ -180,7 +180,7 @@ def _call_upstream(request: Request, timeout: float) -> dict[str, Any]:
     # the preview's headers carry the credential; the MCP client sets its own protocol headers over them
     upstream = mcpclient.Upstream(url=request.upstream.url, headers=request.http.headers, timeout=timeout,
                                   max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network,
-                                  tenant=request.account_id)
+                                  tenant=request.account_id, secrets=request.secrets)
     return mcpclient.call_tool(upstream, request.upstream.tool, request.arguments)
 
 

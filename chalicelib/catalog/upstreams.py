@@ -195,13 +195,14 @@ def _outcome(report: Report) -> dict[str, Any]:
 def _list_tools(upstream: Upstream) -> tuple[str, list[Any]]:
     """The server's revision and every tool it lists, asked with the connection's credential."""
     config = settings()
-    headers = {}
+    headers: dict[str, str] = {}
+    secrets: tuple[str, ...] = ()
     if upstream.connection_id:
         credential = credentials.credential(upstream.account_id, upstream.connection_id, upstream.url)
-        headers[credential.header] = credential.value
+        headers[credential.header], secrets = credential.value, credential.secrets
     client = mcpclient.Upstream(url=upstream.url, headers=headers, timeout=config.vendor_timeout_seconds,
                                 max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network,
-                                tenant=upstream.account_id)
+                                tenant=upstream.account_id, secrets=secrets)
     return mcpclient.list_tools(client)
 
 

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from chalicelib.base import jsontext
 from chalicelib.base.errors import VendorError, VendorTimeout
@@ -61,6 +62,9 @@ class Upstream:
     # whose calls these are (the account): a session a server minted is never used for another
     # tenant's calls, since a server may keep state in it (a browser, a scratchpad)
     tenant: str = ""
+    # the credential's bare secrets besides the header's value (a basic credential's password, its
+    # decoded `user:password`): an error never quotes them either
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     def started(self) -> Upstream:
         """The same server with the deadline set `timeout` from now: every exchange of one
@@ -390,12 +394,15 @@ def _clip(text: str) -> str:
 @contextmanager
 def _secrets_kept(upstream: Upstream) -> Iterator[None]:
     """Whatever the server echoed of our headers' values (whole, or a word of 8 characters or more
-    within, such as a bearer token) is replaced in the error's message."""
+    within, such as a bearer token) or of the credential's own secrets (`Upstream.secrets`), as
+    they are or URL-encoded, is replaced in the error's message."""
     try:
         yield
     except VendorError as error:
         secrets = {value for value in upstream.headers.values() if len(value) >= 4}
         secrets |= {part for value in upstream.headers.values() for part in value.split() if len(part) >= 8}
+        secrets |= {secret for secret in upstream.secrets if secret}
+        secrets |= {form for secret in list(secrets) for form in (quote(secret, safe=""), quote_plus(secret))}
         message = error.message
         for secret in sorted(secrets, key=len, reverse=True):
             message = message.replace(secret, REDACTED)
