@@ -363,3 +363,60 @@ def test_a_server_quoting_its_decoded_credential_in_an_error_never_shows_it(admi
     assert failed.status_code == 502 and "may not list" in failed.json_body["error"]["message"]
     assert password not in json.dumps(failed.json_body)
     assert password not in json.dumps(remembered)
+
+
+@pytest.fixture
+def stateful() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+    """A keyless handshake-era server that mints a session per initialize and records, for every
+    tools/call, the session it came in: what a server keeping a browser per session sees."""
+    calls: list[tuple[str, str | None]] = []
+    minted: list[str] = []
+
+    class Handler(JsonHandler):
+        def do_POST(self) -> None:
+            message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            method = message["method"]
+            if method == "server/discover":
+                self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
+            elif method == "notifications/initialized":
+                self.reply(202, None)
+            elif method == "initialize":
+                minted.append(f"session-{len(minted) + 1}")
+                body = json.dumps({"jsonrpc": "2.0", "id": message["id"],
+                                   "result": {"protocolVersion": "2025-11-25", "capabilities": {}}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Mcp-Session-Id", minted[-1])
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            elif method == "tools/list":
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": {"tools": [
+                    {"name": "page", "description": "Read the page the browser shows.",
+                     "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}]}})
+            else:
+                calls.append((message["params"]["name"], self.headers.get("Mcp-Session-Id")))
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"],
+                                 "result": {"content": [{"type": "text", "text": "a page"}]}})
+
+    with serving(Handler) as base:
+        yield f"{base}/mcp", calls
+
+
+def test_two_accounts_on_one_keyless_server_never_share_its_session(client: Client, admin: Admin,
+                                                                    other_admin: Admin, stateful: Any) -> None:
+    url, calls = stateful
+    # GIVEN two accounts that registered the same keyless server, each with an agent that has its tool
+    agents = []
+    for who in (admin, other_admin):
+        assert _register(who, url, vendor="browser").status_code == 201
+        agent = Mcp(client, who.create_agent()["api_key"])
+        agent.call("promote", {"vendor": "browser", "name": "page"})
+        agents.append(agent)
+    # WHEN each agent calls it in turn, in the same warm instance
+    for agent in (*agents, agents[0]):
+        assert agent.call("browser__page", {})["isError"] is False
+    # THEN each account's calls travel in a session of its own
+    sessions = [session for _, session in calls]
+    assert None not in sessions
+    assert sessions[0] == sessions[2] != sessions[1]
