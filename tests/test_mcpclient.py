@@ -860,3 +860,21 @@ def test_a_session_is_never_shared_between_accounts() -> None:
              if message["method"] == "tools/call"]
     assert seen.methods.count("initialize") == 2
     assert calls == ["session-of-first", "session-of-second", "session-of-first"]
+
+
+@pytest.mark.parametrize("kept", [6, 12, 20])
+def test_a_credential_cut_in_half_by_the_clip_stays_out_of_the_error(kept: int) -> None:
+    # GIVEN a server whose error message places the token so that the clip of its text cuts it
+    token = SECRET.split()[1]
+    lead = "JSON-RPC error -32001: "  # what the client writes before the server's text
+
+    def reply(message: dict[str, Any]) -> Reply:
+        padding = "x" * (mcpclient.CLIP - 1 - kept)
+        return Reply(body=error(message, -32001, f"{padding}{token} refused"))
+
+    # WHEN a tool is called
+    with hand_written(_answering(reply)) as (url, _), pytest.raises(VendorError) as raised:
+        mcpclient.call_tool(upstream(url), "echo", {})
+    # THEN not even the start of the token that the clip left is in the error
+    assert lead in raised.value.message
+    assert token[:6] not in raised.value.message

@@ -41,6 +41,7 @@ CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
 SESSIONS_KEPT = 64
 CLIP = 300
 REDACTED = "[redacted]"
+CUT_SECRET_SHOWN = 3  # the most of a secret's start a clip may leave in an error (fewer tell nothing)
 
 _ids = itertools.count(1)
 _LINE_END = re.compile(rb"\r\n|\r|\n")
@@ -395,7 +396,8 @@ def _clip(text: str) -> str:
 def _secrets_kept(upstream: Upstream) -> Iterator[None]:
     """Whatever the server echoed of our headers' values (whole, or a word of 8 characters or more
     within, such as a bearer token) or of the credential's own secrets (`Upstream.secrets`), as
-    they are or URL-encoded, is replaced in the error's message."""
+    they are or URL-encoded, is replaced in the error's message; so is the start of one that the
+    clip of the server's text cut (`…`)."""
     try:
         yield
     except VendorError as error:
@@ -406,6 +408,10 @@ def _secrets_kept(upstream: Upstream) -> Iterator[None]:
         message = error.message
         for secret in sorted(secrets, key=len, reverse=True):
             message = message.replace(secret, REDACTED)
+        if "…" in message:  # a clip that cut a secret left its start: that goes too
+            for secret in sorted(secrets, key=len, reverse=True):
+                for length in range(len(secret) - 1, CUT_SECRET_SHOWN, -1):
+                    message = message.replace(f"{secret[:length]}…", f"{REDACTED}…")
         if message == error.message:
             raise
         raise type(error)(message) from None
