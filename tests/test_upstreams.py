@@ -420,3 +420,34 @@ def test_two_accounts_on_one_keyless_server_never_share_its_session(client: Clie
     sessions = [session for _, session in calls]
     assert None not in sessions
     assert sessions[0] == sessions[2] != sessions[1]
+
+
+class _Cut(BaseException):
+    """The Lambda's timeout: the worker stops mid-sync, nothing after runs."""
+
+
+def test_a_sync_cut_short_is_remembered_and_not_handed_out_again_within_the_hour(
+        admin: Admin, notes: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.catalog import imports, upstreams
+
+    _register(admin, notes[0])
+    start = utcnow() + timedelta(hours=2)
+    assert upstreams.queue_due(start) == 1
+    message = take_bodies(settings().sweep_queue)[0]
+    # GIVEN a server whose sync the worker cannot finish in time (a list so large that publishing
+    # it outlasts the Lambda), so the worker is cut off in the middle
+    def outlasting(*args: Any, **kwargs: Any) -> Any:
+        raise _Cut()
+
+    monkeypatch.setattr(imports, "apply", outlasting)
+    with pytest.raises(_Cut):
+        upstreams.handle_sync(message, start)
+    # WHEN the sweeps of the next hour look for servers to sync
+    queued = [upstreams.queue_due(start + timedelta(minutes=minutes)) for minutes in (5, 30, 55)]
+    # THEN none hands the server out again (each would cost another cut-off worker, forever), and
+    # the server's last sync says it did not finish
+    assert queued == [0, 0, 0]
+    last = admin.call("GET", "/v1/upstreams/weather").json_body["last_sync"]
+    assert last["ok"] is False and "did not finish" in last["message"]
+    # AND an hour on, it is tried again
+    assert upstreams.queue_due(start + timedelta(minutes=61)) == 1
