@@ -834,3 +834,47 @@ def test_the_previewed_handshake_era_message_has_no_envelope(revision: str | Non
     # THEN it is a plain JSON-RPC request
     assert message == {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                        "params": {"name": "echo", "arguments": {"text": "hi"}}}
+
+
+def test_a_session_is_never_shared_between_accounts() -> None:
+    # GIVEN a keyless handshake-era server that mints a session per initialize and keeps state in
+    # it (a browser, a scratchpad), registered by two accounts with the same URL and no credential
+    minted = iter(["session-of-first", "session-of-second"])
+
+    def answer(message: dict[str, Any], headers: dict[str, str]) -> Reply | None:
+        if message["method"] == "initialize":
+            return Reply(body=result(message, {"protocolVersion": LEGACY, "capabilities": {"tools": {}},
+                                               "serverInfo": {"name": "stateful", "version": "1"}}),
+                         headers={"Mcp-Session-Id": next(minted)})
+        return handshake(one_tool)(message, headers)
+
+    with hand_written(answer) as (url, seen):
+        first = Upstream(url=url, headers={}, timeout=5, max_bytes=100_000, allow_private=True, tenant="acct1")
+        second = Upstream(url=url, headers={}, timeout=5, max_bytes=100_000, allow_private=True, tenant="acct2")
+        # WHEN each account's agent calls a tool in the same warm instance
+        mcpclient.call_tool(first, "echo", {})
+        mcpclient.call_tool(second, "echo", {})
+        mcpclient.call_tool(first, "echo", {})
+    # THEN each account negotiated its own session, and each call carried its own account's
+    calls = [headers.get("mcp-session-id") for message, headers in zip(seen.messages, seen.headers)
+             if message["method"] == "tools/call"]
+    assert seen.methods.count("initialize") == 2
+    assert calls == ["session-of-first", "session-of-second", "session-of-first"]
+
+
+@pytest.mark.parametrize("kept", [6, 12, 20])
+def test_a_credential_cut_in_half_by_the_clip_stays_out_of_the_error(kept: int) -> None:
+    # GIVEN a server whose error message places the token so that the clip of its text cuts it
+    token = SECRET.split()[1]
+    lead = "JSON-RPC error -32001: "  # what the client writes before the server's text
+
+    def reply(message: dict[str, Any]) -> Reply:
+        padding = "x" * (mcpclient.CLIP - 1 - kept)
+        return Reply(body=error(message, -32001, f"{padding}{token} refused"))
+
+    # WHEN a tool is called
+    with hand_written(_answering(reply)) as (url, _), pytest.raises(VendorError) as raised:
+        mcpclient.call_tool(upstream(url), "echo", {})
+    # THEN not even the start of the token that the clip left is in the error
+    assert lead in raised.value.message
+    assert token[:6] not in raised.value.message

@@ -294,3 +294,38 @@ def test_a_complete_hook_that_never_agrees_leaves_the_answer_whole(serve: Callab
                              allow_private=True, resolver=LOCAL, complete=lambda body: False)
     # THEN the whole body is read, as without a hook
     assert (response.body, response.truncated) == (b"abcdefg", False)
+
+
+def test_a_name_lookup_that_hangs_is_held_to_the_deadline() -> None:
+    # GIVEN a host whose DNS never answers (a hostile vendor's own name server can stall a lookup
+    # for the resolver's whole retry budget, tens of seconds)
+    released = threading.Event()
+    asked = threading.Event()
+
+    def stalled(host: str, port: int) -> list[str]:
+        asked.set()
+        released.wait(10)
+        return ["127.0.0.1"]
+
+    try:
+        # WHEN a request is sent with a 0.3 s timeout
+        # THEN the lookup counts against that one deadline: the call gives up while the lookup is
+        # still blocked, rather than waiting for the name server
+        with pytest.raises(VendorTimeout, match="did not answer within 0.3 s"):
+            outbound.send(outbound.HttpRequest("GET", URL), timeout=0.3, max_bytes=100, allow_private=True,
+                          resolver=stalled)
+        assert asked.is_set() and not released.is_set()
+    finally:
+        released.set()
+
+
+def test_a_name_lookup_that_fails_is_a_vendor_error_not_a_timeout() -> None:
+    # GIVEN a host whose name does not resolve
+    def unknown(host: str, port: int) -> list[str]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    # WHEN a request is sent, THEN it says so (and is not mistaken for the deadline)
+    with pytest.raises(outbound.VendorError, match="cannot resolve vendor.example") as raised:
+        outbound.send(outbound.HttpRequest("GET", URL), timeout=0.3, max_bytes=100, allow_private=True,
+                      resolver=unknown)
+    assert not isinstance(raised.value, VendorTimeout)

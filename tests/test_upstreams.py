@@ -315,3 +315,139 @@ def test_the_sweep_queues_an_hourly_sync_of_each_server(admin: Admin, client: Cl
     work(client, messages)
     after = admin.call("GET", "/v1/upstreams/weather").json_body
     assert after["synced_at"] > before and after["last_sync"]["ok"] is True
+
+
+@pytest.fixture
+def echoing() -> Iterator[str]:
+    """A handshake-era server that lists its tools once, then refuses tools/list with an error
+    quoting the Authorization header it got, decoded (what a careless or hostile server does)."""
+    import base64
+
+    listed: list[int] = []
+
+    class Handler(JsonHandler):
+        def do_POST(self) -> None:
+            message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            method = message["method"]
+            if method == "server/discover":
+                self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
+            elif method == "notifications/initialized":
+                self.reply(202, None)
+            elif method == "initialize":
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"],
+                                 "result": {"protocolVersion": "2025-11-25", "capabilities": {}}})
+            elif not listed:
+                listed.append(1)
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": {"tools": [
+                    {"name": "echo", "description": "Echo text back.", "inputSchema": {"type": "object"}}]}})
+            else:
+                sent = base64.b64decode(self.headers["Authorization"].removeprefix("Basic ")).decode()
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "error": {
+                    "code": -32000, "message": f"user {sent} may not list; password {sent.partition(':')[2]!r}"}})
+
+    with serving(Handler) as base:
+        yield f"{base}/mcp"
+
+
+def test_a_server_quoting_its_decoded_credential_in_an_error_never_shows_it(admin: Admin, echoing: str) -> None:
+    # GIVEN a server reached with a basic credential, registered while it behaved
+    password = "pw-Very-Secret-42"
+    connection = admin.call("POST", "/v1/connections", {"vendor": "echoes", "hosts": [echoing.split("/")[2]],
+                                                        "auth": {"type": "basic", "username": "svc",
+                                                                 "password": password}})
+    assert _register(admin, echoing, vendor="echoes", connection=connection.json_body["id"]).status_code == 201
+    # WHEN a sync meets an error that quotes the decoded credential
+    failed = admin.call("POST", "/v1/upstreams/echoes/sync")
+    remembered = admin.call("GET", "/v1/upstreams/echoes").json_body
+    # THEN the sync fails, and neither its answer nor what is remembered of it holds the password
+    assert failed.status_code == 502 and "may not list" in failed.json_body["error"]["message"]
+    assert password not in json.dumps(failed.json_body)
+    assert password not in json.dumps(remembered)
+
+
+@pytest.fixture
+def stateful() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+    """A keyless handshake-era server that mints a session per initialize and records, for every
+    tools/call, the session it came in: what a server keeping a browser per session sees."""
+    calls: list[tuple[str, str | None]] = []
+    minted: list[str] = []
+
+    class Handler(JsonHandler):
+        def do_POST(self) -> None:
+            message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            method = message["method"]
+            if method == "server/discover":
+                self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
+            elif method == "notifications/initialized":
+                self.reply(202, None)
+            elif method == "initialize":
+                minted.append(f"session-{len(minted) + 1}")
+                body = json.dumps({"jsonrpc": "2.0", "id": message["id"],
+                                   "result": {"protocolVersion": "2025-11-25", "capabilities": {}}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Mcp-Session-Id", minted[-1])
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            elif method == "tools/list":
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": {"tools": [
+                    {"name": "page", "description": "Read the page the browser shows.",
+                     "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}]}})
+            else:
+                calls.append((message["params"]["name"], self.headers.get("Mcp-Session-Id")))
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"],
+                                 "result": {"content": [{"type": "text", "text": "a page"}]}})
+
+    with serving(Handler) as base:
+        yield f"{base}/mcp", calls
+
+
+def test_two_accounts_on_one_keyless_server_never_share_its_session(client: Client, admin: Admin,
+                                                                    other_admin: Admin, stateful: Any) -> None:
+    url, calls = stateful
+    # GIVEN two accounts that registered the same keyless server, each with an agent that has its tool
+    agents = []
+    for who in (admin, other_admin):
+        assert _register(who, url, vendor="browser").status_code == 201
+        agent = Mcp(client, who.create_agent()["api_key"])
+        agent.call("promote", {"vendor": "browser", "name": "page"})
+        agents.append(agent)
+    # WHEN each agent calls it in turn, in the same warm instance
+    for agent in (*agents, agents[0]):
+        assert agent.call("browser__page", {})["isError"] is False
+    # THEN each account's calls travel in a session of its own
+    sessions = [session for _, session in calls]
+    assert None not in sessions
+    assert sessions[0] == sessions[2] != sessions[1]
+
+
+class _Cut(BaseException):
+    """The Lambda's timeout: the worker stops mid-sync, nothing after runs."""
+
+
+def test_a_sync_cut_short_is_remembered_and_not_handed_out_again_within_the_hour(
+        admin: Admin, notes: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.catalog import imports, upstreams
+
+    _register(admin, notes[0])
+    start = utcnow() + timedelta(hours=2)
+    assert upstreams.queue_due(start) == 1
+    message = take_bodies(settings().sweep_queue)[0]
+    # GIVEN a server whose sync the worker cannot finish in time (a list so large that publishing
+    # it outlasts the Lambda), so the worker is cut off in the middle
+    def outlasting(*args: Any, **kwargs: Any) -> Any:
+        raise _Cut()
+
+    monkeypatch.setattr(imports, "apply", outlasting)
+    with pytest.raises(_Cut):
+        upstreams.handle_sync(message, start)
+    # WHEN the sweeps of the next hour look for servers to sync
+    queued = [upstreams.queue_due(start + timedelta(minutes=minutes)) for minutes in (5, 30, 55)]
+    # THEN none hands the server out again (each would cost another cut-off worker, forever), and
+    # the server's last sync says it did not finish
+    assert queued == [0, 0, 0]
+    last = admin.call("GET", "/v1/upstreams/weather").json_body["last_sync"]
+    assert last["ok"] is False and "did not finish" in last["message"]
+    # AND an hour on, it is tried again
+    assert upstreams.queue_due(start + timedelta(minutes=61)) == 1

@@ -263,7 +263,7 @@ def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
         sent = not (run.dry_run and tool.writes)  # a preview of a write (as guarded) reaches no vendor
         deadline = _deadline(run)
         credential = _credential(run, tool, deadline, preview=not sent)
-        request = vendor.build(tool, run.input, credential)
+        request = vendor.build(tool, run.input, credential, account_id=run.account_id)
         sending = time.perf_counter()
         outcome = vendor.perform(request, dry_run=run.dry_run, read_only=not tool.writes,
                                  timeout=_left(deadline))
@@ -272,8 +272,8 @@ def _execute(run: Run, tool: Tool, *, waited: bool = False) -> Outcome:
             assert tool.spec.connection is not None
             credential = credentials.renew(run.account_id, tool.spec.connection, tool.spec.url, credential,
                                            timeout=_left(deadline))
-            outcome = vendor.perform(vendor.build(tool, run.input, credential), dry_run=run.dry_run,
-                                     read_only=not tool.writes, timeout=_left(deadline))
+            outcome = vendor.perform(vendor.build(tool, run.input, credential, account_id=run.account_id),
+                                     dry_run=run.dry_run, read_only=not tool.writes, timeout=_left(deadline))
         vendor_ms = log.elapsed_ms(sending) if sent else None
     except WorksetError as error:
         outcome = failure(error)

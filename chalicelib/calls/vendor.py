@@ -38,6 +38,7 @@ class Request:
     secrets: tuple[str, ...] = field(default=(), repr=False)
     upstream: UpstreamCall | None = None  # an MCP server's tool: `http` is its tools/call, for previews
     arguments: dict[str, Any] = field(default_factory=dict, repr=False)  # what an upstream tool is called with
+    account_id: str = ""  # whose call: an MCP server's session is never shared between accounts
     shown_body: Any = field(default=None, repr=False)  # what a preview shows of a body that is not text
 
 
@@ -78,7 +79,8 @@ def file_fields(tool: Tool) -> frozenset[str]:
                      if isinstance(sub, dict) and sub.get("contentEncoding") == FILE_ENCODING)
 
 
-def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None = None) -> Request:
+def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None = None, *,
+          account_id: str = "") -> Request:
     """The HTTP request a call sends: `{field}` placeholders in the URL filled (URL-encoded), each
     param sent as its query parameter or header, the `body` field as the JSON body (or a form, a
     multipart upload, raw bytes from base64: `body_format`); the rest of
@@ -87,7 +89,7 @@ def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None =
     shows; `perform` sends it through the MCP client). The arguments passed `check_arguments`
     when the call was made (a run's input never changes)."""
     if tool.spec.upstream is not None:
-        return _upstream_request(tool.spec.upstream, arguments, credential)
+        return replace(_upstream_request(tool.spec.upstream, arguments, credential), account_id=account_id)
     template = tool.spec.request
     assert template is not None
     used = template.placeholders()
@@ -177,7 +179,8 @@ def _call_upstream(request: Request, timeout: float) -> dict[str, Any]:
     config = settings()
     # the preview's headers carry the credential; the MCP client sets its own protocol headers over them
     upstream = mcpclient.Upstream(url=request.upstream.url, headers=request.http.headers, timeout=timeout,
-                                  max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network)
+                                  max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network,
+                                  tenant=request.account_id, secrets=request.secrets)
     return mcpclient.call_tool(upstream, request.upstream.tool, request.arguments)
 
 

@@ -17,6 +17,7 @@ from chalicelib.base.errors import (
     ConnectionNotInScope,
     Forbidden,
     HostNotAllowed,
+    InvalidInput,
     NotFound,
     QuotaExceeded,
     ToolNotFound,
@@ -37,6 +38,9 @@ from chalicelib.tools.guards import IMPLIED_SHAPE, Guard
 MCP_METHOD = "tools/call"  # the request shape's method for an MCP server's tool
 PUBLISH_ATTEMPTS = 3
 MORE_COUNTED = 500  # a search counts this many hits past its limit, at most
+# the longest search request, on every entrance (find_tool, the console's searches): the model
+# reads 256 tokens of it, and each of its words costs a lookup, a megabyte of them seconds of CPU
+QUERY_MAX_CHARS = 500
 
 
 def publish(account_id: str, spec: ToolSpec, published_by: str, now: datetime, *, person: str | None = None) -> Tool:
@@ -263,6 +267,9 @@ def search_with_policies(account_id: str, query: str, limit: int, *,
     `policies` is False (same BatchGetItem)."""
     from chalicelib.search import queries  # the search package: loaded by the first search, as in _publish
 
+    if len(query) > QUERY_MAX_CHARS:
+        raise InvalidInput(f"query: a search is at most {QUERY_MAX_CHARS} characters; this one has {len(query)}",
+                           field="query")
     try:
         index, learned = indexes.current_with_memory(account_id)
         hits = queries.search(index, query, limit + MORE_COUNTED, memory=usage.memory(account_id, learned))

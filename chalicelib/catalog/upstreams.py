@@ -55,6 +55,8 @@ STDIO_REFUSAL = (
 _MCP_NAME = re.compile(r"[\x21-\x7e]{1,128}")  # what Workset passes back as the server's own tool name
 _HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 FAILURES_KEPT = 20  # failed tools named in a remembered sync
+UNFINISHED = ("the hourly sync started and did not finish (the worker stopped: a list too large to publish in "
+              "time, or a fault); it is tried again an hour later, or sync it now")
 
 
 class NewUpstream(BaseModel):
@@ -136,9 +138,14 @@ def queue_due(now: datetime, *, account_id: str | None = None) -> int:
 
 def handle_sync(message: dict[str, Any], now: datetime) -> None:
     """A work queue message: sync one server. A server that fails is remembered as failed and
-    tried again an hour later, not retried by the queue."""
+    tried again an hour later, not retried by the queue. The sync is remembered as started
+    before it starts: one cut short (a list so large that publishing it outlasts the Lambda, a
+    crash) says so, and is not handed out again by every sweep of the hour (each would cost
+    another worker cut off the same way); a sync that ends overwrites it."""
+    account_id, vendor = str(message["account_id"]), str(message["vendor"])
+    upstream_store.record_sync(account_id, vendor, now, {"ok": False, "message": UNFINISHED}, None)
     try:
-        sync(str(message["account_id"]), str(message["vendor"]), SYNCED_BY, now)
+        sync(account_id, vendor, SYNCED_BY, now)
     except WorksetError as error:  # the server's fault (remembered by `sync`), or the server is gone
         log.event("upstream.sync_failed", account_id=message.get("account_id"), vendor=message.get("vendor"),
                   error_code=error.code)
@@ -195,12 +202,14 @@ def _outcome(report: Report) -> dict[str, Any]:
 def _list_tools(upstream: Upstream) -> tuple[str, list[Any]]:
     """The server's revision and every tool it lists, asked with the connection's credential."""
     config = settings()
-    headers = {}
+    headers: dict[str, str] = {}
+    secrets: tuple[str, ...] = ()
     if upstream.connection_id:
         credential = credentials.credential(upstream.account_id, upstream.connection_id, upstream.url)
-        headers[credential.header] = credential.value
+        headers[credential.header], secrets = credential.value, credential.secrets
     client = mcpclient.Upstream(url=upstream.url, headers=headers, timeout=config.vendor_timeout_seconds,
-                                max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network)
+                                max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network,
+                                tenant=upstream.account_id, secrets=secrets)
     return mcpclient.list_tools(client)
 
 

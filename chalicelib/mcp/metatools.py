@@ -39,7 +39,7 @@ INSTRUCTIONS = (
 
 class FindToolArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    query: str = Field(min_length=1, max_length=500, description="What to do, in plain words")
+    query: str = Field(min_length=1, max_length=toolbox.QUERY_MAX_CHARS, description="What to do, in plain words")
     limit: int = Field(default=FIND_LIMIT_DEFAULT, ge=1, le=FIND_LIMIT_MAX)
 
 

@@ -7,7 +7,8 @@ result naming that revision, the handshake era (`initialize`, a session id if th
 one, `notifications/initialized`). What was negotiated is kept per process, so a warm Lambda does
 not handshake per call. An answer is JSON or an event stream; of a stream only our response
 counts: notifications are ignored, and so are the server's own requests (sampling, elicitation,
-roots), which nothing here can answer.
+roots), which nothing here can answer. A session is kept per tenant (account) as well as per
+server and credential: two accounts calling the same keyless server never share one.
 
 The server is hostile: every failure is a VendorError (VendorTimeout at the deadline) saying what
 was wrong, with the server's text clipped and nothing of the headers we sent in it.
@@ -27,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from chalicelib.base import jsontext
 from chalicelib.base.errors import VendorError, VendorTimeout
@@ -39,6 +41,7 @@ CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
 SESSIONS_KEPT = 64
 CLIP = 300
 REDACTED = "[redacted]"
+CUT_SECRET_SHOWN = 3  # the most of a secret's start a clip may leave in an error (fewer tell nothing)
 
 _ids = itertools.count(1)
 _LINE_END = re.compile(rb"\r\n|\r|\n")
@@ -57,6 +60,12 @@ class Upstream:
     allow_private: bool
     revision: str | None = None  # known revision (skip negotiation), else negotiate
     deadline: float | None = field(default=None, repr=False)  # time.monotonic() by which all must be over
+    # whose calls these are (the account): a session a server minted is never used for another
+    # tenant's calls, since a server may keep state in it (a browser, a scratchpad)
+    tenant: str = ""
+    # the credential's bare secrets besides the header's value (a basic credential's password, its
+    # decoded `user:password`): an error never quotes them either
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     def started(self) -> Upstream:
         """The same server with the deadline set `timeout` from now: every exchange of one
@@ -137,15 +146,15 @@ def forget_sessions() -> None:
 
 # --- sessions: negotiated once per process and server -------------------------------------------
 
-_sessions: OrderedDict[tuple[str, str, str | None], _Session] = OrderedDict()
+_sessions: OrderedDict[tuple[str, str, str, str | None], _Session] = OrderedDict()
 _lock = threading.Lock()
 
 
 def _request(upstream: Upstream, method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """One request on the server's session: (the revision spoken, the result). An expired
     session (HTTP 404) is opened again once; a session that fails in any way is forgotten."""
-    key = (upstream.url, hashlib.sha256(json.dumps(sorted(upstream.headers.items())).encode()).hexdigest(),
-           upstream.revision)
+    key = (upstream.tenant, upstream.url,
+           hashlib.sha256(json.dumps(sorted(upstream.headers.items())).encode()).hexdigest(), upstream.revision)
     with _lock:
         session = _sessions.get(key)
     try:
@@ -386,15 +395,23 @@ def _clip(text: str) -> str:
 @contextmanager
 def _secrets_kept(upstream: Upstream) -> Iterator[None]:
     """Whatever the server echoed of our headers' values (whole, or a word of 8 characters or more
-    within, such as a bearer token) is replaced in the error's message."""
+    within, such as a bearer token) or of the credential's own secrets (`Upstream.secrets`), as
+    they are or URL-encoded, is replaced in the error's message; so is the start of one that the
+    clip of the server's text cut (`…`)."""
     try:
         yield
     except VendorError as error:
         secrets = {value for value in upstream.headers.values() if len(value) >= 4}
         secrets |= {part for value in upstream.headers.values() for part in value.split() if len(part) >= 8}
+        secrets |= {secret for secret in upstream.secrets if secret}
+        secrets |= {form for secret in list(secrets) for form in (quote(secret, safe=""), quote_plus(secret))}
         message = error.message
         for secret in sorted(secrets, key=len, reverse=True):
             message = message.replace(secret, REDACTED)
+        if "…" in message:  # a clip that cut a secret left its start: that goes too
+            for secret in sorted(secrets, key=len, reverse=True):
+                for length in range(len(secret) - 1, CUT_SECRET_SHOWN, -1):
+                    message = message.replace(f"{secret[:length]}…", f"{REDACTED}…")
         if message == error.message:
             raise
         raise type(error)(message) from None

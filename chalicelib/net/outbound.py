@@ -1,7 +1,7 @@
 """Every request Workset sends to a vendor or a webhook: resolve the host, refuse addresses it
 must not reach (also when an IPv6 address carries an IPv4 one), connect to the address it checked
-(so DNS cannot change between check and connect), hold the whole exchange to one deadline, cap
-the answer's size, never follow a redirect."""
+(so DNS cannot change between check and connect), hold the whole exchange to one deadline (the
+name lookup included), cap the answer's size, never follow a redirect."""
 
 from __future__ import annotations
 
@@ -140,7 +140,9 @@ def send(request: HttpRequest, *, timeout: float, max_bytes: int, allow_private:
     raises VendorTimeout, a transport failure VendorError. `complete`, given the body read so far
     after each read, ends the reading when it answers True (an event stream the server keeps open
     after the part we wait for)."""
-    address = check_destination(request.url, allow_private=allow_private, resolver=resolver)
+    deadline = _Deadline(timeout)
+    address = check_destination(request.url, allow_private=allow_private,
+                                resolver=_within(resolver, deadline, timeout))
     parts = urlsplit(request.url)
     hostname = parts.hostname or ""
     path = parts.path or "/"
@@ -151,7 +153,6 @@ def send(request: HttpRequest, *, timeout: float, max_bytes: int, allow_private:
     headers = {"User-Agent": "workset",
                **{name: value for name, value in request.headers.items() if name.lower() != "host"},
                "Host": _host_header(hostname, parts.port)}
-    deadline = _Deadline(timeout)
     connection = _connection(parts.scheme, hostname, address, parts.port, deadline)
     try:
         with deadline:
@@ -178,6 +179,37 @@ def send(request: HttpRequest, *, timeout: float, max_bytes: int, allow_private:
         connection.close()
 
 
+def _within(resolver: Resolver, deadline: _Deadline, timeout: float) -> Resolver:
+    """`resolver` held to what is left of the deadline. A lookup cannot be interrupted (the
+    system's resolver retries a name server that does not answer for tens of seconds, and a
+    vendor's name server is the vendor's), so it runs on a thread of its own that is left to
+    finish alone when the deadline passes first."""
+
+    def resolve(host: str, port: int) -> list[str]:
+        answer: list[list[str]] = []
+        failure: list[BaseException] = []
+
+        def look_up() -> None:
+            try:
+                answer.append(resolver(host, port))
+            except BaseException as error:  # noqa: BLE001 - handed to the waiting caller
+                failure.append(error)
+
+        lookup = threading.Thread(target=look_up, name="workset-resolve", daemon=True)
+        lookup.start()
+        try:
+            lookup.join(deadline.remaining())
+        except TimeoutError:
+            pass
+        if failure:
+            raise failure[0]
+        if not answer:
+            raise VendorTimeout(f"{host} did not answer within {timeout:g} s (its name did not resolve in time)")
+        return answer[0]
+
+    return resolve
+
+
 class _Deadline:
     """One point in time by which the whole exchange (connect, TLS, request, status line,
     headers, body) must be over.
@@ -194,16 +226,19 @@ class _Deadline:
         self._cut = False
         self._over = False
         self._watched: socket.socket | None = None
-        self._watchdog = threading.Timer(seconds, self._expire)
-        self._watchdog.daemon = True
+        self._watchdog: threading.Timer | None = None
 
     def __enter__(self) -> Self:
+        # armed for what is left, not for the whole: the name lookup came out of the same time
+        self._watchdog = threading.Timer(max(self._at - time.monotonic(), 0.0), self._expire)
+        self._watchdog.daemon = True
         self._watchdog.start()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        self._watchdog.cancel()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         # Under the lock, so that a watchdog already running finishes before the copy closes.
         with self._lock:
             self._over = True
