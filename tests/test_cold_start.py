@@ -7,6 +7,8 @@ bench, not here."""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import subprocess
 import sys
@@ -94,18 +96,80 @@ def _modules() -> list[str]:
     return sorted(info.name for info in pkgutil.walk_packages(chalicelib.__path__, "chalicelib."))
 
 
+def _outside_imports(root: Path) -> list[str]:
+    """What the modules under `root` import from outside the project (as written: `botocore.exceptions`
+    for `from botocore.exceptions import ...`), the standard library left out."""
+    names: set[str] = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module)
+    ours = {path.stem for path in ROOT.iterdir()}
+    return sorted(n for n in names if n.split(".")[0] not in sys.stdlib_module_names | ours)
+
+
+# One interpreter imports what the modules import from outside (never a module of ours), then
+# forks a child per module: each child imports its module first, as a fresh process would, and
+# exits 1 (its traceback on stderr) when that fails. argv: the modules, what to import beforehand,
+# the prefix none of which may be loaded before the forks.
+FIRST_IMPORTS = """
+import importlib, json, os, sys, traceback
+modules, outside, ours = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+for name in outside:
+    importlib.import_module(name)
+loaded = [m for m in sys.modules if m == ours or m.startswith(ours + ".")]
+assert not loaded, f"imported before the forks: {loaded}"
+failed = []
+for module in modules:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()
+    if child == 0:
+        try:
+            importlib.import_module(module)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+    if os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) != 0:
+        failed.append(module)
+print(json.dumps(failed))
+"""
+
+
+def _first_imports(modules: list[str], outside: list[str], ours: str, cwd: Path) -> tuple[list[str], str]:
+    """The modules that fail to import when each is the first of its package imported (FIRST_IMPORTS),
+    and the children's stderr."""
+    environment = {**os.environ, "WORKSET_STAGE": "test", "AWS_DEFAULT_REGION": "us-east-1",
+                   "OPENBLAS_NUM_THREADS": "1"}
+    answer = subprocess.run([sys.executable, "-c", FIRST_IMPORTS, json.dumps(modules), json.dumps(outside), ours],
+                            capture_output=True, text=True, env=environment, cwd=cwd, check=True)
+    return json.loads(answer.stdout.splitlines()[-1]), answer.stderr
+
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_every_module_imports_first_on_its_own() -> None:
     """An entry point may import any module first (a circular import shows only then)."""
-    script = (
-        "import subprocess, sys\n"
-        f"failed = [m for m in {_modules()!r} if subprocess.run([sys.executable, '-c', 'import ' + m],"
-        " capture_output=True).returncode]\n"
-        "print(failed)\n"
-    )
-    environment = {**os.environ, "WORKSET_STAGE": "test", "AWS_DEFAULT_REGION": "us-east-1"}
-    answer = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
-                            cwd=ROOT, check=True)
-    assert answer.stdout.strip() == "[]", answer.stdout
+    failed, stderr = _first_imports(_modules(), _outside_imports(ROOT / "chalicelib"), "chalicelib", ROOT)
+    assert failed == [], stderr[-4000:]
+
+
+def test_a_module_that_fails_only_when_imported_first_is_found(tmp_path: Path) -> None:
+    # GIVEN a package whose two modules import each other: `b` imported first works, `a` imported
+    # first fails (a circular import), and a third that imports numpy, then `a` first
+    package = tmp_path / "circle"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from circle import b\nVALUE = 1\n")
+    (package / "b.py").write_text("from circle.a import VALUE\n")
+    (package / "c.py").write_text("import numpy\nfrom circle import a\n")
+    modules = ["circle", "circle.a", "circle.b", "circle.c"]
+    # WHEN each is imported first on its own, numpy imported beforehand
+    failed, stderr = _first_imports(modules, ["numpy"], "circle", tmp_path)
+    # THEN exactly the ones that fail first are named, each in a child of its own
+    assert failed == ["circle.a", "circle.c"], stderr
+    assert "circular import" in stderr

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -126,3 +128,23 @@ def test_every_test_starts_with_aws_as_just_set_up_whatever_the_one_before_left(
     # WHEN this test changes all of it, THEN that is seen (the check above can fail), for the next turn
     _leave_everything_changed()
     assert len(_moto_as_just_set_up()) == len(TABLES) + 5
+
+
+# --- the garbage collector: frozen after each test (tests/conftest.py), never with garbage in it ---
+
+_LEFT: list[weakref.ref[object]] = []
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.mark.parametrize("turn", ["first", "second", "third"])
+def test_what_a_test_leaves_in_a_cycle_is_collected_before_the_freeze(turn: str) -> None:
+    # GIVEN the cycle the turn before this one dropped (unreachable, freed only by a collection)
+    # WHEN this test starts, THEN it was collected, and what was left is frozen
+    assert all(ref() is None for ref in _LEFT), f"{turn}: the last test's garbage was frozen, not collected"
+    assert turn == "first" or gc.get_freeze_count() > 0
+    # and this one leaves a cycle of its own for the next turn
+    _LEFT.append(weakref.ref(_Cycle()))
