@@ -92,6 +92,21 @@ def test_an_ipv6_address_carrying_a_link_local_ipv4_is_refused_even_where_privat
         outbound.check_destination(URL, allow_private=True, resolver=_stub(address))
 
 
+@pytest.mark.parametrize("address", ["fd00:ec2::254", "fd00:ec2::253", "fd00:ec2::123"])
+def test_the_cloud_metadata_service_over_ipv6_is_refused_even_where_private_networks_are_allowed(address: str) -> None:
+    # GIVEN a host that resolves to AWS's instance metadata service (or its DNS or time server) at
+    # its IPv6 address, which is a unique local address, not a link-local one
+    # WHEN the destination is checked on a deployment that allows private networks
+    # THEN it is refused like 169.254.169.254 is
+    with pytest.raises(ForbiddenDestination):
+        outbound.check_destination(URL, allow_private=True, resolver=_stub(address))
+
+
+def test_another_unique_local_address_passes_where_private_networks_are_allowed() -> None:
+    chosen = outbound.check_destination(URL, allow_private=True, resolver=_stub("fd12:3456:789a::1"))
+    assert chosen == "fd12:3456:789a::1"
+
+
 @pytest.mark.parametrize("address", ["::", "::1"])
 def test_unspecified_and_loopback_ipv6_are_refused(address: str) -> None:
     # GIVEN a host resolving to :: or ::1 (not IPv4-compatible addresses, but themselves non-public)

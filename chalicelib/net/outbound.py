@@ -37,6 +37,9 @@ _CHUNK = 64 * 1024
 _NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
 _IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+# AWS's instance metadata service, DNS resolver and time server over IPv6 (fd00:ec2::254, ::253,
+# ::123): unique local addresses, so only the link-local rule's intent, not its test, covers them.
+_CLOUD_SERVICES = ipaddress.IPv6Network("fd00:ec2::/64")
 
 
 @dataclass(frozen=True)
@@ -103,10 +106,11 @@ def is_public(address: str) -> bool:
 
 
 def is_never_allowed(address: str) -> bool:
-    """Link-local (where cloud metadata services answer), unspecified and multicast addresses are
-    refused even where a deployment allows private networks: no vendor lives there. IPv4
-    addresses carried inside IPv6 count too."""
-    return any(ip.is_link_local or ip.is_unspecified or ip.is_multicast for ip in _judged(address))
+    """Link-local (where cloud metadata services answer), unspecified and multicast addresses, and
+    the cloud's own services over IPv6, are refused even where a deployment allows private
+    networks: no vendor lives there. IPv4 addresses carried inside IPv6 count too."""
+    return any(ip.is_link_local or ip.is_unspecified or ip.is_multicast or ip in _CLOUD_SERVICES
+               for ip in _judged(address))
 
 
 def check_destination(url: str, *, allow_private: bool, resolver: Resolver = system_resolver) -> str:
