@@ -91,7 +91,7 @@ def test_a_server_write_waits_for_approval_then_reaches_the_server_once(admin: A
     # GIVEN a dry run of a write: it answers the tools/call it would send and reaches nothing
     preview = mcp.call("run_tool", {"vendor": "weather", "name": "save-note", "input": {"title": "hi"},
                                     "dryRun": True})["structuredContent"]["preview"]
-    assert (preview["method"], preview["url"]) == ("POST", url)
+    assert (preview["method"], preview["url"]) == ("POST", f"{url.rsplit('/', 1)[0]}/…")  # the path may hold a key
     assert preview["body"]["method"] == "tools/call"
     assert preview["body"]["params"] == {"name": "save_note", "arguments": {"title": "hi"}}
     assert saved == []
@@ -451,3 +451,74 @@ def test_a_sync_cut_short_is_remembered_and_not_handed_out_again_within_the_hour
     assert last["ok"] is False and "did not finish" in last["message"]
     # AND an hour on, it is tried again
     assert upstreams.queue_due(start + timedelta(minutes=61)) == 1
+
+
+KEY = "k3y-Very-Secret-9"
+
+
+@pytest.fixture
+def keyed() -> Iterator[tuple[str, list[str]]]:
+    """A handshake-era server that wants its key as `?api_key=` (as many hosted MCP servers do):
+    without it, HTTP 401. It records the path and query of every request."""
+    paths: list[str] = []
+
+    class Handler(JsonHandler):
+        def do_POST(self) -> None:
+            message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            paths.append(self.path)
+            method = message["method"]
+            if f"api_key={KEY}" not in self.path:
+                self.reply(401, {"error": "no key"})
+            elif method == "notifications/initialized":
+                self.reply(202, None)
+            elif method == "server/discover":
+                self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
+            else:
+                value = {"initialize": {"protocolVersion": "2025-11-25", "capabilities": {}},
+                         "tools/list": {"tools": [{"name": "echo", "description": "Echo text back.",
+                                                   "inputSchema": {"type": "object"}}]},
+                         "tools/call": {"content": [{"type": "text", "text": "echoed"}]}}[method]
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": value})
+
+    with serving(Handler) as base:
+        yield f"{base}/mcp", paths
+
+
+def test_a_server_keyed_in_its_query_registers_with_a_query_connection(admin: Admin, mcp: Mcp, keyed: Any) -> None:
+    url, paths = keyed
+    # GIVEN the server's key kept as a connection that sends it as the query parameter api_key
+    connection = admin.call("POST", "/v1/connections", {"vendor": "keyed", "hosts": [url.split("/")[2]],
+                                                        "auth": {"type": "query", "name": "api_key", "value": KEY}})
+    # WHEN the server is registered by its bare endpoint with that connection
+    answer = _register(admin, url, vendor="keyed", connection=connection.json_body["id"])
+    # THEN it registers (the key went with the list), and a call carries the key to the server
+    assert answer.status_code == 201, answer.body
+    assert _names(answer.json_body) == {"echo": "published"}
+    waiting = mcp.call("run_tool", {"vendor": "keyed", "name": "echo", "input": {}})
+    run = admin.call("POST", f"/v1/approvals/{waiting['structuredContent']['run_id']}/approve").json_body
+    assert run["result"]["content"] == [{"type": "text", "text": "echoed"}]
+    assert paths and all(path.startswith("/mcp?") and f"api_key={KEY}" in path for path in paths)
+    # AND neither the run, nor a dry run's preview, nor the server's listing shows the key
+    preview = mcp.call("run_tool", {"vendor": "keyed", "name": "echo", "input": {}, "dryRun": True})
+    assert KEY not in json.dumps(run) + json.dumps(preview) + admin.call("GET", "/v1/upstreams").body.decode()
+
+
+def test_a_key_in_a_servers_url_reaches_no_agent_and_no_page(admin: Admin, mcp: Mcp, console: Any,
+                                                             keyed: Any) -> None:
+    url, _ = keyed
+    # GIVEN a server registered with its key in its URL (no connection)
+    assert _register(admin, f"{url}?api_key={KEY}", vendor="keyed").status_code == 201
+    # WHEN an agent previews a call of its tool
+    preview = mcp.call("run_tool", {"vendor": "keyed", "name": "echo", "input": {}, "dryRun": True})
+    # THEN the preview names the server's host, not its path or its query's values
+    host = url.rsplit("/", 1)[0]
+    assert preview["structuredContent"]["preview"]["url"] == f"{host}/…?api_key=…"
+    # AND the admin API and the console show the endpoint with the query's values hidden
+    shown = [admin.call("GET", "/v1/upstreams").body.decode(), admin.call("GET", "/v1/tools/keyed/echo").body.decode(),
+             console.get("/console/upstreams").body.decode(), console.get("/console/tools/keyed/echo").body.decode()]
+    assert all(KEY not in page for page in shown)
+    assert f"{url}?api_key=…" in shown[0]
+    # AND the calls still carry it
+    waiting = mcp.call("run_tool", {"vendor": "keyed", "name": "echo", "input": {}})
+    run = admin.call("POST", f"/v1/approvals/{waiting['structuredContent']['run_id']}/approve").json_body
+    assert run["result"]["content"] == [{"type": "text", "text": "echoed"}]

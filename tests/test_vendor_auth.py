@@ -277,13 +277,6 @@ def test_a_tool_that_sets_the_connections_query_parameter_is_refused_at_publish(
     assert admin.call("GET", "/v1/tools/acme/orders").status_code == 404
 
 
-def test_an_mcp_server_cannot_take_a_query_connection(admin: Admin) -> None:
-    connection = _connect(admin, {"type": "query", "name": "key", "value": QUERY_KEY})
-    response = admin.call("POST", "/v1/upstreams", {"vendor": "acme", "url": "https://mcp.acme.test/mcp",
-                                                    "connection": connection["id"]})
-    assert response.status_code == 400 and response.json_body["error"]["field"] == "connection"
-
-
 # --- OAuth 2 client credentials ----------------------------------------------------------------------
 
 

@@ -159,11 +159,9 @@ def console_page(connection_id: str) -> str:
 
 
 def check_usable(account_id: str, connection_id: str, vendor: str, url: str, *, field: str,
-                 require_hosts: bool = False, headers: Iterable[str] = (), query: Iterable[str] = (),
-                 headers_only: bool = False) -> None:
+                 require_hosts: bool = False, headers: Iterable[str] = (), query: Iterable[str] = ()) -> None:
     """A tool may name a connection of its own account and vendor whose hosts admit its URL, and
-    may set neither the header nor the query parameter the connection injects (`headers_only`:
-    the request has no place for a query credential, an MCP server's)."""
+    may set neither the header nor the query parameter the connection injects."""
     connection = connection_store.get(account_id, connection_id)
     if connection is None:
         raise InvalidInput(f"{field}: no connection {connection_id} in this account", field=field)
@@ -180,9 +178,6 @@ def check_usable(account_id: str, connection_id: str, vendor: str, url: str, *, 
     if connection.header_name and connection.header_name.lower() in {header.lower() for header in headers}:
         raise InvalidInput(f"request.headers: {connection.header_name} is the header connection {connection_id} "
                            "injects; a tool may not set it", field="request.headers")
-    if connection.query_name and headers_only:
-        raise InvalidInput(f"{field}: connection {connection_id} sends its key as a query parameter, which an "
-                           "MCP server's requests cannot carry", field=field)
     if connection.query_name and connection.query_name in set(query):
         raise InvalidInput(f"request: {connection.query_name} is the query parameter connection {connection_id} "
                            "injects; a tool may not set it (nor take an input field of that name into the query)",

@@ -9,6 +9,7 @@ from chalicelib.agents.workingset import PinChange
 from chalicelib.base.clock import iso
 from chalicelib.calls.runs import ShapeChange
 from chalicelib.identity.accounts import Created
+from chalicelib.net import urls
 from chalicelib.store.records import (
     Agent,
     Approval,
@@ -22,7 +23,7 @@ from chalicelib.store.records import (
     ToolVersion,
     Upstream,
 )
-from chalicelib.tools import guards
+from chalicelib.tools import definitions, guards
 from chalicelib.tools.guards import Guard
 
 
@@ -107,7 +108,7 @@ def tool_version(record: ToolVersion) -> dict[str, Any]:
     and wait for a person (`annotations_pending`), and who accepted looser hints, if anyone did."""
     guard = Guard.of_version(record)
     return {
-        **record.definition,
+        **definitions.shown(record.definition),
         "version": record.version,
         "published_at": iso(record.published_at),
         "published_by": record.published_by,
@@ -136,7 +137,7 @@ def upstream(record: Upstream) -> dict[str, Any]:
     return {
         "id": record.vendor,
         "vendor": record.vendor,
-        "url": record.url,
+        "url": urls.redacted(record.url),  # a key may be among its query's values
         "connection": record.connection_id,
         "revision": record.revision,
         "created_at": iso(record.created_at),

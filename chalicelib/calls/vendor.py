@@ -16,7 +16,7 @@ from chalicelib.base import jsontext
 from chalicelib.base.config import settings
 from chalicelib.base.errors import InvalidInput, VendorError, WorksetError
 from chalicelib.base.outcomes import Outcome, RunStatus, failure
-from chalicelib.net import mcpclient, outbound
+from chalicelib.net import mcpclient, outbound, urls
 from chalicelib.net.outbound import HttpRequest
 from chalicelib.tools.definitions import FILE_ENCODING, HEADER_VALUE, Tool, UpstreamCall
 
@@ -147,14 +147,16 @@ def _with_credential(http: HttpRequest, credential: Credential | None) -> Reques
 
 
 def preview(request: Request) -> Outcome:
-    """What would be sent, with the credential's values replaced by a marker wherever they appear."""
+    """What would be sent, with the credential's values replaced by a marker wherever they appear;
+    of an MCP server's URL only its origin and its query's names (a key may be in its path or query)."""
     http = request.http
     body = None
     if request.shown_body is not None:
         body = request.shown_body
     elif http.body:
         body = http.body.decode() if http.headers.get("Content-Type") == FORM else json.loads(http.body)
-    shown = {"method": http.method, "url": http.url, "headers": dict(http.headers), "body": body}
+    url = urls.redacted(http.url, path=True) if request.upstream is not None else http.url
+    shown = {"method": http.method, "url": url, "headers": dict(http.headers), "body": body}
     return Outcome(structured={"preview": redact(shown, request.secrets)})
 
 
@@ -177,8 +179,8 @@ def send(request: Request, *, timeout: float | None = None) -> Outcome:
 def _call_upstream(request: Request, timeout: float) -> dict[str, Any]:
     assert request.upstream is not None
     config = settings()
-    # the preview's headers carry the credential; the MCP client sets its own protocol headers over them
-    upstream = mcpclient.Upstream(url=request.upstream.url, headers=request.http.headers, timeout=timeout,
+    # the preview's URL and headers carry the credential; the MCP client sets its own protocol headers over them
+    upstream = mcpclient.Upstream(url=request.http.url, headers=request.http.headers, timeout=timeout,
                                   max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network,
                                   tenant=request.account_id, secrets=request.secrets)
     return mcpclient.call_tool(upstream, request.upstream.tool, request.arguments)

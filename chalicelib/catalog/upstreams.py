@@ -85,8 +85,7 @@ def register(account_id: str, payload: Any, published_by: str, now: datetime) ->
     reached (or a vendor that has a server already) registers nothing."""
     request = parse(NewUpstream, payload)
     if request.connection:
-        connections.check_usable(account_id, request.connection, request.vendor, request.url, field="connection",
-                                 headers_only=True)
+        connections.check_usable(account_id, request.connection, request.vendor, request.url, field="connection")
     if upstream_store.get(account_id, request.vendor) is not None:
         raise Conflict(f"vendor {request.vendor} has an MCP server already; sync it, or choose another vendor",
                        field="vendor")
@@ -200,14 +199,15 @@ def _outcome(report: Report) -> dict[str, Any]:
 
 
 def _list_tools(upstream: Upstream) -> tuple[str, list[Any]]:
-    """The server's revision and every tool it lists, asked with the connection's credential."""
+    """The server's revision and every tool it lists, asked with the connection's credential (a
+    header, or a query parameter: many hosted servers take their key as `?api_key=`)."""
     config = settings()
-    headers: dict[str, str] = {}
+    url, headers = upstream.url, dict[str, str]()
     secrets: tuple[str, ...] = ()
     if upstream.connection_id:
         credential = credentials.credential(upstream.account_id, upstream.connection_id, upstream.url)
-        headers[credential.header], secrets = credential.value, credential.secrets
-    client = mcpclient.Upstream(url=upstream.url, headers=headers, timeout=config.vendor_timeout_seconds,
+        (url, headers), secrets = credential.apply(url, headers), credential.secrets
+    client = mcpclient.Upstream(url=url, headers=headers, timeout=config.vendor_timeout_seconds,
                                 max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network,
                                 tenant=upstream.account_id, secrets=secrets)
     return mcpclient.list_tools(client)

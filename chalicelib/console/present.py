@@ -14,6 +14,7 @@ from chalicelib.base.causes import Cause, PromotedBy
 from chalicelib.base.clock import iso, utcnow
 from chalicelib.catalog.imports import MCP, NEW_VERSION, OPENAPI
 from chalicelib.mcp.metatools import META_TOOLS, tool_definition
+from chalicelib.net import urls
 from chalicelib.oauth.documents import identified_by
 from chalicelib.openapi.operations import shown_path
 from chalicelib.store.records import ToolVersion
@@ -168,4 +169,4 @@ def _size(definitions: list[dict[str, Any]]) -> int:
 FILTERS = {"ago": ago, "exact": exact, "iso": iso, "cause": cause_label, "promoted_by": promoted_by_label,
            "hints": hints, "first_line": first_line, "pretty": pretty, "tokens": tokens, "origin": origin,
            "outcome": outcome, "counted": counted, "enforced": enforced, "pending": pending,
-           "identified_by": identified_by}
+           "identified_by": identified_by, "shown_definition": definitions.shown, "shown_url": urls.redacted}

@@ -16,8 +16,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 MAX_CHARS = 2000
+HIDDEN = "…"  # what is shown in place of a part of a URL that may hold a key
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 _LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
@@ -87,6 +89,18 @@ def parse(value: str, *, template: bool = False) -> URL:
     if _DOT_SEGMENT.search(path):
         raise ValueError("must not have . or .. path segments (a browser removes them)")
     return URL(value, scheme, host, port, path, query)
+
+
+def redacted(url: str, *, path: bool = False) -> str:
+    """`url` as a person or an agent is shown it when it may carry a key (an MCP server's: many
+    hosted servers take theirs as `?api_key=`, or in the path): user info and every query value
+    replaced by `…` (`?api_key=…`), and with `path` the path too (`https://host/…`)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc if "@" not in parts.netloc else f"{HIDDEN}@{parts.netloc.rpartition('@')[2]}"
+    shown_path = f"/{HIDDEN}" if path and parts.path.strip("/") else parts.path
+    query = "&".join(f"{pair.partition('=')[0]}={HIDDEN}" if "=" in pair else HIDDEN
+                     for pair in parts.query.split("&") if pair)
+    return urlunsplit((parts.scheme, netloc, shown_path, query, HIDDEN if parts.fragment else ""))
 
 
 def _split(rest: str) -> tuple[str, str, str]:

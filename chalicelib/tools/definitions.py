@@ -51,6 +51,15 @@ def visible(text: str) -> str:
     return HIDDEN.sub("", text)
 
 
+def shown(definition: dict[str, Any]) -> dict[str, Any]:
+    """A stored definition as a person is shown it: an MCP server's URL with its query's values
+    hidden (`urls.redacted`), as a key may be one of them."""
+    upstream = definition.get("upstream")
+    if not isinstance(upstream, dict) or not isinstance(upstream.get("url"), str):
+        return definition
+    return {**definition, "upstream": {**upstream, "url": urls.redacted(upstream["url"])}}
+
+
 def _shown_as_read(value: str | None, info: ValidationInfo) -> str | None:
     if value is not None and not _stored(info) and HIDDEN.search(value):
         raise ValueError("holds characters that hide or reorder text (controls, bidi overrides, invisible tag "
