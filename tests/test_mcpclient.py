@@ -502,6 +502,22 @@ def test_an_event_stream_is_read_by_the_server_sent_events_rules(end: str) -> No
     assert answer["content"][0]["text"] == "split"
 
 
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
+def test_an_event_stream_arriving_a_byte_at_a_time_reads_as_a_whole_one(end: str) -> None:
+    # GIVEN a stream of a comment, a long data line and our response split over two data lines
+    response = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"content": []}}, indent=1)
+    head, _, tail = response.partition("\n")
+    stream = (f": hi{end}{end}data: {json.dumps('x' * 5000)}{end}{end}"
+              f"data: {head}{end}data:{tail.replace(chr(10), ' ')}{end}{end}").encode()
+    whole, pieces = mcpclient._Events(7), mcpclient._Events(7)
+    # WHEN one reader is handed it whole and the other a byte at a time (a CRLF split between reads)
+    whole.feed(stream)
+    answered = [pieces.feed(stream[index:index + 1]) for index in range(len(stream))]
+    # THEN both read the same events, and the second knew it had our response at its last line end
+    assert pieces.messages == whole.messages and len(whole.messages) == 2
+    assert whole.messages[1]["id"] == 7 and answered.index(True) == len(stream) - len(end)
+
+
 def test_a_stream_left_open_after_the_response_does_not_hold_the_call() -> None:
     # GIVEN a server that sends our response and then keeps the stream open
     def serve(message: dict[str, Any], headers: dict[str, str]) -> Reply:

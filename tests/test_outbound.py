@@ -311,6 +311,26 @@ def test_a_complete_hook_that_never_agrees_leaves_the_answer_whole(serve: Callab
     assert (response.body, response.truncated) == (b"abcdefg", False)
 
 
+def test_the_complete_hook_is_handed_each_byte_once(serve: Callable[[Script], TinyServer]) -> None:
+    # GIVEN an event stream that arrives in many small pieces (a server dribbling its answer)
+    pieces = [b"data: %d\n\n" % index for index in range(400)]
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces) + b"0\r\n\r\n"
+    server = serve(lambda conn, stop: conn.sendall(HEADERS.replace(b"Content-Length: 2", b"Transfer-Encoding: chunked")
+                                                   + chunked))
+    handed: list[int] = []
+
+    def complete(new: bytes) -> bool:
+        handed.append(len(new))
+        return False
+
+    # WHEN it is read with a hook
+    response = outbound.send(outbound.HttpRequest("GET", f"{server.url}/events"), timeout=5, max_bytes=100_000,
+                             allow_private=True, resolver=LOCAL, complete=complete)
+    # THEN the hook saw every byte once: reading a stream of n bytes costs n, not n times the reads
+    assert response.body == b"".join(pieces)
+    assert len(handed) > 1 and sum(handed) == len(response.body)
+
+
 def test_a_name_lookup_that_hangs_is_held_to_the_deadline() -> None:
     # GIVEN a host whose DNS never answers (a hostile vendor's own name server can stall a lookup
     # for the resolver's whole retry budget, tens of seconds)

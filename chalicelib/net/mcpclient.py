@@ -288,8 +288,7 @@ def _result(response: outbound.HttpResponse, events: _Events, request_id: int) -
             raise VendorError(f"the MCP server's answer is not usable JSON: {refused.reason}") from None
         messages = parsed if isinstance(parsed, list) else [parsed]
     elif kind == "text/event-stream":
-        events.feed(response.body, final=True)
-        messages = events.messages
+        messages = events.messages  # `_post` fed it every byte of the body as it arrived
     elif response.status == 202:
         raise VendorError("the MCP server accepted the request but did not answer it (HTTP 202)")
     else:
@@ -349,17 +348,24 @@ class _Events:
         self.request_id = request_id
         self.messages: list[Any] = []  # each event's JSON, or the JsonRefused saying why it is none
         self.answered = request_id is None  # a notification waits for no answer: its body is not read
-        self._offset = 0
+        self._partial: list[bytes] = []  # the current line's bytes so far (a line may span reads)
+        self._after_cr = False  # the last read ended in CR: an LF first in the next is its pair
         self._kind = ""
         self._data: list[str] = []
 
-    def feed(self, body: bytes, *, final: bool = False) -> bool:
-        """Read what arrived since the last call; True once our response is among the events."""
-        for end in _LINE_END.finditer(body, self._offset):
-            if end.group() == b"\r" and end.end() == len(body) and not final:
-                break  # perhaps the first half of a CRLF
-            self._line(body[self._offset:end.start()].decode("utf-8", "replace"))
-            self._offset = end.end()
+    def feed(self, chunk: bytes) -> bool:
+        """Read the stream's next bytes (each byte once: a long line or stream arriving in many
+        small reads costs its length); True once our response is among the events."""
+        if not chunk:
+            return self.answered
+        start = 1 if self._after_cr and chunk.startswith(b"\n") else 0
+        for end in _LINE_END.finditer(chunk, start):
+            self._partial.append(chunk[start:end.start()])
+            self._line(b"".join(self._partial).decode("utf-8", "replace"))
+            self._partial, start = [], end.end()
+        if start < len(chunk):
+            self._partial.append(chunk[start:])
+        self._after_cr = chunk.endswith(b"\r")
         return self.answered
 
     def _line(self, line: str) -> None:

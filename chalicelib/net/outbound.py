@@ -141,9 +141,9 @@ def check_destination(url: str, *, allow_private: bool, resolver: Resolver = sys
 def send(request: HttpRequest, *, timeout: float, max_bytes: int, allow_private: bool,
          resolver: Resolver = system_resolver, complete: Callable[[bytes], bool] | None = None) -> HttpResponse:
     """Send one request and read the answer, all within `timeout` seconds; missing that deadline
-    raises VendorTimeout, a transport failure VendorError. `complete`, given the body read so far
-    after each read, ends the reading when it answers True (an event stream the server keeps open
-    after the part we wait for)."""
+    raises VendorTimeout, a transport failure VendorError. `complete`, handed each read's new bytes
+    (every byte once, so a stream of n bytes costs n however finely it arrives), ends the reading
+    when it answers True (an event stream the server keeps open after the part we wait for)."""
     deadline = _Deadline(timeout)
     address = check_destination(request.url, allow_private=allow_private,
                                 resolver=_within(resolver, deadline, timeout))
@@ -302,7 +302,7 @@ def _read_body(response: http.client.HTTPResponse, sock: socket.socket, deadline
             break
         chunks.append(chunk)
         size += len(chunk)
-        if complete is not None and complete(b"".join(chunks)):
+        if complete is not None and complete(chunk):
             return b"".join(chunks)
     if deadline.passed:
         # The watchdog's shutdown looks like the end of the body; it is not.
