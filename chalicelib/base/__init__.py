@@ -1,5 +1,5 @@
 """What every package may use, and which imports nothing above it: settings (the one reader of the
 environment), the log, time, domain errors with their codes, strict JSON text, turning pydantic and
 JSON Schema failures into errors that name the field (and the JSON Schema validator for hostile tool
-schemas), what every edge answers with, what a tool call answers (an Outcome), and the words of an
-agent's history (causes)."""
+schemas), what every edge answers with, what a tool call answers (an Outcome), the words of an
+agent's history (causes), and the characters that hide in text a model reads (`text`)."""

@@ -26,6 +26,7 @@ from chalicelib.access import connections, credentials
 from chalicelib.base import log
 from chalicelib.base.config import settings
 from chalicelib.base.errors import Conflict, NotFound, WorksetError
+from chalicelib.base.text import visible
 from chalicelib.base.validation import VENDOR_PATTERN, parse
 from chalicelib.catalog import imports
 from chalicelib.catalog.imports import MCP, Candidate, Report
@@ -34,7 +35,7 @@ from chalicelib.store import queues
 from chalicelib.store import upstreams as upstream_store
 from chalicelib.store.records import Page, Upstream
 from chalicelib.tools import toolnames
-from chalicelib.tools.definitions import checked_url, visible
+from chalicelib.tools.definitions import checked_url
 
 T = TypeVar("T")
 SYNC = "sync_upstream"  # the work queue message that syncs one server

@@ -32,6 +32,7 @@ from urllib.parse import quote, quote_plus
 
 from chalicelib.base import jsontext
 from chalicelib.base.errors import VendorError, VendorTimeout
+from chalicelib.base.text import visible
 from chalicelib.net import outbound, protocol
 
 MODERN = protocol.MODERN
@@ -394,7 +395,9 @@ class _Events:
 # --- what an error may say ------------------------------------------------------------------------
 
 def _clip(text: str) -> str:
-    text = jsontext.scrub(text)
+    """A server's text as an error may quote it: encodable, without what hides or reorders text
+    (a bidi override, invisible tag characters: a model reads them, a person does not), cut short."""
+    text = visible(jsontext.scrub(text))
     return text if len(text) <= CLIP else text[: CLIP - 1] + "…"
 
 

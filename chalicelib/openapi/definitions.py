@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 from chalicelib.base.errors import InvalidInput
+from chalicelib.base.text import visible
 from chalicelib.net.outbound import is_client_header
 from chalicelib.openapi.bodies import Body, json_media, media_type_schema, read_body, text
 from chalicelib.openapi.inputs import Fields, Param, input_schema
@@ -16,7 +17,6 @@ from chalicelib.openapi.operations import Operation
 from chalicelib.openapi.problems import Skip, Where, at, cut, plain, shown
 from chalicelib.openapi.schemas import Schemas
 from chalicelib.openapi.servers import Servers
-from chalicelib.tools.definitions import visible
 
 # The security schemes a connection can carry today: (type, scheme or `in`), lower-case. A
 # `header` connection sends any one header, so also `Authorization: Basic ...`.

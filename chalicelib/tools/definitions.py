@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from pydantic.json_schema import SkipJsonSchema
 
 from chalicelib.base.errors import InvalidInput, ToolUnavailable
+from chalicelib.base.text import HIDDEN
 from chalicelib.base.validation import NAME_PATTERN, VENDOR_PATTERN, check_tool_name, parse
 from chalicelib.net import outbound, urls
 from chalicelib.store.records import ToolVersion
@@ -37,18 +38,6 @@ def stored_size(value: Any) -> int:
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]{0,63})\}")
 STRAY_BRACE = re.compile(r"[{}]")
 URL_SAFE = "/:@!$&'()*+,;=-._~%{}?"  # characters a URL's path and query keep as they are
-
-
-# What hides or reorders text without showing itself: controls (but tab and line ends), bidi
-# embeddings, overrides and isolates, and the invisible tag characters that spell ASCII. In a
-# tool's description or title, an agent's model would read what a person reviewing the tool does not see.
-HIDDEN = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
-
-
-def visible(text: str) -> str:
-    """`text` without HIDDEN characters: what a source's (an OpenAPI document's, an MCP server's)
-    description or title becomes before it is published."""
-    return HIDDEN.sub("", text)
 
 
 def shown(definition: dict[str, Any]) -> dict[str, Any]:
