@@ -90,6 +90,36 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_STARTED] = time.time()
 
 
+# The files that take longest, longest first (`--durations=0` of a whole run, 2026-12-03; BENCHMARKS.md,
+# "The suite"). `./dev test` hands whole files to the workers in the order collected
+# (--no-loadscope-reorder): these start first, and the files of few quick tests come last, so no
+# worker is left running a long one alone at the end. A file missing here only runs later.
+SLOWEST_FILES = [
+    "tests/e2e/test_local_stop.py", "tests/test_package.py", "tests/e2e/test_console_browser.py",
+    "tests/e2e/test_local_stack.py", "tests/test_usage.py", "tests/test_readme.py", "tests/test_unauthenticated.py",
+    "tests/test_cold_start.py", "tests/test_console.py", "tests/test_costs.py", "tests/test_indexes.py",
+    "tests/test_attack_pins_scopes.py", "tests/test_trust.py", "tests/e2e/test_runs_client.py",
+    "tests/test_vendor_refresh.py", "tests/test_mcp.py", "tests/test_infra_policy_calls.py",
+    "tests/e2e/test_approvals_client.py", "tests/test_vendor_auth.py", "tests/e2e/test_local_concurrency.py",
+    "tests/test_local_start.py", "tests/test_upstreams.py", "tests/e2e/test_revision_client.py",
+    "tests/test_sweep_property.py",
+]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """SLOWEST_FILES first, in that order; then the other files, those with more tests first (as
+    pytest-xdist orders them itself); each file's tests in their own order."""
+    rank = {name: place for place, name in enumerate(SLOWEST_FILES)}
+    sizes: dict[str, int] = {}
+    for item in items:
+        sizes[_file_of(item)] = sizes.get(_file_of(item), 0) + 1
+    items.sort(key=lambda item: (rank.get(_file_of(item), len(rank)), -sizes[_file_of(item)], _file_of(item)))
+
+
+def _file_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Once a test and its fixtures are torn down: collect its garbage, then freeze what is left,

@@ -8,6 +8,8 @@ import sys
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import boto3
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from chalicelib.base import config
 from chalicelib.store.models import TABLES
 from local.process import ROOT
+from tests import conftest
 from tests.isolation import lock_path, one_at_a_time
 
 # Another process (a second test worker) trying the lock without waiting: prints "taken" or "free".
@@ -68,7 +71,24 @@ def test_dev_test_runs_each_file_whole_in_one_worker() -> None:
     # a module's fixtures (a stack, the README's ordered session) rely on it: see tests/isolation.py
     script = (ROOT / "dev").read_text()
     test = script[script.index("  test)"):script.index(";;", script.index("  test)"))]
-    assert '-n "${TEST_WORKERS:-auto}" --dist loadfile "$@"' in test
+    assert '-n "${TEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder "$@"' in test
+
+
+def test_the_slowest_files_are_collected_first_and_each_file_stays_whole() -> None:
+    # GIVEN tests of a quick file with many tests, a file of few, and two of the slowest files
+    # (named out of order, their tests interleaved)
+    names = ["tests/test_quick.py::a", "tests/test_few.py::x", "tests/test_package.py::one",
+             "tests/test_quick.py::b", "tests/e2e/test_local_stop.py::first", "tests/test_quick.py::c",
+             "tests/test_package.py::two"]
+    items = [cast(pytest.Item, SimpleNamespace(nodeid=name)) for name in names]
+    # WHEN tests/conftest.py orders the collection
+    conftest.pytest_collection_modifyitems(items)
+    # THEN the slowest files come first, as listed; then the others, more tests first; each in its order
+    assert [item.nodeid for item in items] == [
+        "tests/e2e/test_local_stop.py::first", "tests/test_package.py::one", "tests/test_package.py::two",
+        "tests/test_quick.py::a", "tests/test_quick.py::b", "tests/test_quick.py::c", "tests/test_few.py::x"]
+    # and every file the list names is there
+    assert [name for name in conftest.SLOWEST_FILES if not (ROOT / name).is_file()] == []
 
 
 # --- the aws fixture: each test starts with moto as the app's setup leaves it --------------------
