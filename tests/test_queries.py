@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from chalicelib.search import queries
@@ -20,6 +21,7 @@ TOOLBOX = [
     ("stripe", "create-invoice", "Create and send an invoice for a customer."),
     ("shopify", "list-customers", "List the customers of the store with their contact details."),
 ]
+LEARNED = queries.GATE_WEIGHTS  # the gate's weights (bench/multi_gate.py), whether search() uses them or not
 TWO_TOOLS = "What is the weather forecast for Paris tomorrow, will there be rain or wind, and translate a sentence into French"
 
 
@@ -46,6 +48,13 @@ class FakeIndex:
         self.asked.extend(texts)
         more = [self.residuals.get(texts[0], [])[:limit]] if residual else []
         return [self.answers.get(text, [])[:limit] for text in texts] + more
+
+    def holds(self, key: str, words: list[str]) -> list[bool]:
+        return [word in key for word in words]  # a tool's text here is its key
+
+    def cosines(self, key: str, keys: list[str]) -> np.ndarray:
+        # tools of one vendor are siblings (cosine 0.8), others unrelated (0.1)
+        return np.array([0.8 if other.split("/")[0] == key.split("/")[0] else 0.1 for other in keys])
 
 
 @pytest.mark.parametrize("request_text", [
@@ -262,3 +271,58 @@ def test_the_residual_lists_only_what_the_request_itself_lists(index: SearchInde
     _, residual = index.search_many([request_text], len(TOOLBOX), residual=True)
     # THEN it holds no tool the request would not list: "send an invoice" gets no weather warning
     assert set(keys(residual)) <= listed
+
+
+def test_the_gate_gives_a_second_intents_tool_a_place_the_hand_merge_does_not() -> None:
+    # GIVEN a two-intent request whose second part's best hit (a translation, unrelated to the
+    # forecast and holding none of the part's words in the forecast's text) scores low in the whole
+    request_text = "weather forecast for Paris and translate a menu into French"
+    whole = [("weather/daily", 6.0), ("maps/route", 5.6), ("news/headlines", 5.3), ("shop/deals", 5.1),
+             ("chess/play", 5.0), ("deepl/translate", 3.0)]
+    fake = FakeIndex({request_text: whole, "weather forecast for Paris": [("weather/daily", 7.0), ("maps/route", 4.0)],
+                      "translate a menu into French": [("deepl/translate", 6.0), ("shop/deals", 2.0)]})
+    parts = queries.intents(request_text)
+    assert parts == ["weather forecast for Paris", "translate a menu into French"]
+    rankings = fake.search_many([request_text, *parts], 50, residual=True)
+    # WHEN it is ranked by the hand merge and by the gate (the learned weights)
+    hand = keys(queries.hand_merged(rankings, 3))
+    gate = keys(queries.gated(fake, request_text, parts, rankings, 3, LEARNED))
+    # THEN the hand merge keeps the whole's own hits (0.6 x 6.0 + 0.4 x 3.0 = 4.8 is below 5.3), while
+    # the gate gives the translation the place right after the whole's best
+    assert "deepl/translate" not in hand
+    assert gate[:2] == ["weather/daily", "deepl/translate"]
+
+
+def test_the_gate_keeps_the_whole_requests_best_hit_first_and_every_hit_once() -> None:
+    # GIVEN a request whose part finds a tool scoring far above the whole's best
+    request_text = "weather in Paris and translate it"
+    fake = FakeIndex({request_text: [("w/daily", 2.0), ("w/hourly", 1.5)],
+                      "weather in Paris": [("w/hourly", 30.0), ("w/daily", 2.5)], "translate it": [("t/x", 22.0)]},
+                     {request_text: [("t/x", 9.0), ("w/hourly", 1.0)]})
+    parts = queries.intents(request_text)
+    rankings = fake.search_many([request_text, *parts], 50, residual=True)
+    # WHEN the gate ranks it  THEN the whole's best stays first and no tool comes twice
+    found = keys(queries.gated(fake, request_text, parts, rankings, 5, LEARNED))
+    assert found[0] == "w/daily"
+    assert sorted(found) == ["t/x", "w/daily", "w/hourly"]
+
+
+@pytest.mark.parametrize("hits", [1, 2, 5_000])
+def test_the_gates_candidates_are_bounded_and_finite(hits: int) -> None:
+    # GIVEN a hostile request of many intents, every ranking holding `hits` hits with extreme scores
+    request_text = " and ".join(f"thing{i} stuff" for i in range(1000))
+    ranking = [(f"v{i % 7}/t{i}", (-1) ** i * 1e300) for i in range(hits)]
+    fake = FakeIndex({}, {request_text: ranking})
+    fake.answers = {text: ranking for text in [request_text, *queries.intents(request_text)]}
+    parts = queries.intents(request_text)
+    rankings = fake.search_many([request_text, *parts], 50, residual=True)
+    start = time.process_time()
+    # WHEN the gate's features are computed and the request ranked
+    candidates, rows = queries.gate_features(fake, request_text, parts, rankings)
+    found = queries.gated(fake, request_text, parts, rankings, 10, LEARNED)
+    # THEN at most POOL_WHOLE + (MAX_PARTS + 1) x POOL_PART candidates, no NaN, no tool twice
+    assert len(candidates) <= queries.POOL_WHOLE + (queries.MAX_PARTS + 1) * queries.POOL_PART
+    assert rows.shape == (len(candidates), len(queries.GATE_FEATURES)) and not np.isnan(rows).any()
+    assert len(keys(found)) == len(set(keys(found))) <= 10
+    assert time.process_time() - start < 5  # a loose bound: runaway work takes minutes here
+

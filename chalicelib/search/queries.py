@@ -89,7 +89,7 @@ def search(index: Searchable, query: str, limit: int, memory: Memory | None = No
                                  residual=True)  # one forward pass
     if not rankings[0]:  # no hit for the whole request: none for its parts
         return []
-    if GATE_WEIGHTS:
+    if USE_GATE:
         return gated(index, query, parts, rankings, limit)
     return hand_merged(rankings, limit)
 
@@ -161,7 +161,10 @@ GATE_FEATURES = (
     "part after sentence", "part after comma", "cosine with best hit", "parts", "request words / 10",
     "in a part x cosine", "in residual x cosine",
 )
-GATE_WEIGHTS: tuple[float, ...] = ()  # one per GATE_FEATURES (bench/multi_gate.py); () keeps the hand merge
+USE_GATE = False  # search() ranks a request's candidates with the gate; False: the hand merge
+GATE_WEIGHTS: tuple[float, ...] = (  # one per GATE_FEATURES, learned by bench/multi_gate.py
+    0.9825, 0.0789, -0.0422, 0.0344, 0.3543, 1.4628, -0.1982, 0.0382, 0.0986, 0.2441, -0.0458, 0.0749,
+    -0.0057, -0.0000, 0.0920, -1.2788, -0.0083, 0.0076, -0.4090, 2.1351, 0.0000, 0.0000, -1.8113, -0.9568)
 
 
 def gate_features(index: Searchable, query: str, parts: list[str], rankings: list[list[tuple[str, float]]],
