@@ -21,7 +21,17 @@ The whole request's best hit stays first. A part's hit, and a residual hit, coun
 request's context: its score is PART_WEIGHT of its score for the part and the rest of its score
 for the whole request, so a piece of a one-intent request ("Apple, Samsung, and Google") cannot
 push the whole's own hits out of places 2-5 with a tool the whole request barely asks for
-(bench/find_tool_quality.py).
+(bench/find_tool_quality.py). That "hand merge" ranks the rest when USE_GATE is off.
+
+The gate (USE_GATE): the candidates for places 2 on (the whole's hits 2..POOL_WHOLE, each part's
+and the residual's first POOL_PART) rank by a linear score of GATE_FEATURES (their scores and
+places in each ranking, the hand merge's score, the part's words the best hit already holds,
+their cosine with the best hit, ...), the whole's other hits after them. Its 24 weights were
+learned by bench/multi_gate.py on tuning rows only: 4,000 synthetic two-intent requests joining
+two single-tool tuning requests, and the 2,062 single-tool tuning requests, cross-validated by
+tool. Held out: MetaTool two-tool complete@5 0.602 -> 0.631 (18 requests gained, 5 lost of 447),
+single-tool recall@5 0.812 -> 0.810 (26 gained, 30 lost of 2,719), ToolLens recall@5 0.262 ->
+0.271 (BENCHMARKS.md, "A learned gate"). No model pass: one small product per request.
 """
 
 from __future__ import annotations
@@ -161,7 +171,7 @@ GATE_FEATURES = (
     "part after sentence", "part after comma", "cosine with best hit", "parts", "request words / 10",
     "in a part x cosine", "in residual x cosine",
 )
-USE_GATE = False  # search() ranks a request's candidates with the gate; False: the hand merge
+USE_GATE = True  # search() ranks a request's candidates with the gate; False: the hand merge
 GATE_WEIGHTS: tuple[float, ...] = (  # one per GATE_FEATURES, learned by bench/multi_gate.py
     0.9825, 0.0789, -0.0422, 0.0344, 0.3543, 1.4628, -0.1982, 0.0382, 0.0986, 0.2441, -0.0458, 0.0749,
     -0.0057, -0.0000, 0.0920, -1.2788, -0.0083, 0.0076, -0.4090, 2.1351, 0.0000, 0.0000, -1.8113, -0.9568)
