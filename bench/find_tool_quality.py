@@ -357,12 +357,12 @@ def multi_section(bench: Path, meta: Memo, rows: list[tuple[int, str, str]], fou
              for i, m in enumerate(json.loads((bench / "metatool" / "multi_queries.json").read_text(encoding="utf-8")))]
     labels = (("before", whole_search), ("parts only", split_parts_only), ("hand merge", split_hand_merge),
               ("now", split_search))
+    founds = {"before": found, **{label: ranks(meta, [(q, g) for _, q, g in rows], search)[0]
+                                  for label, search in labels[1:]}}
     singles = {label: {part: quality([f for (i, _, _), f in zip(rows, ranked) if keep(i)])
                        for part, keep in (("all", lambda i: True), ("tuning", lambda i: i % TUNING_EVERY == 0),
                                           ("held-out", lambda i: i % TUNING_EVERY != 0))}
-               for label, ranked in (("before", found),
-                                     *((label, ranks(meta, [(q, g) for _, q, g in rows], search)[0])
-                                       for label, search in labels[1:]))}
+               for label, ranked in founds.items()}
     twos = {label: multi_quality(meta, multi, search) for label, search in labels}
     lives = {label: livemcp_share(live, tasks, search)[0] for label, search in labels}
     print("### Multi-intent requests (issue 25, goal 5): whole request only (before), split into parts "
@@ -386,6 +386,19 @@ def multi_section(bench: Path, meta: Memo, rows: list[tuple[int, str, str]], fou
     print(f"| LiveMCPBench mean share of gold in top 10 | all | {lives['before']:.3f} | {lives['parts only']:.3f} | "
           f"{lives['hand merge']:.3f} | {lives['now']:.3f} | {lives['now'] / lives['before']:.2f}x | "
           f"{lives['now'] / lives['hand merge']:.2f}x |")
+    print()
+    print("| requests, now against the hand merge | part | gained | lost |")
+    print("|---|---|---:|---:|")
+    hand_complete = [all(g in {k for k, _ in split_hand_merge(meta, q, 5)} for g in gold) for _, q, gold in multi]
+    now_complete = [all(g in {k for k, _ in split_search(meta, q, 5)} for g in gold) for _, q, gold in multi]
+    for part, keep in (("tuning", lambda i: i % TUNING_EVERY == 0), ("held-out", lambda i: i % TUNING_EVERY != 0)):
+        pairs = [(h, n) for (i, _, _), h, n in zip(multi, hand_complete, now_complete) if keep(i)]
+        print(f"| MetaTool two-tool ({len(pairs)}), complete@5 | {part} | {sum(n and not h for h, n in pairs)} | "
+              f"{sum(h and not n for h, n in pairs)} |")
+        ones = [(h is not None and h <= 5, n is not None and n <= 5)
+                for (i, _, _), h, n in zip(rows, founds["hand merge"], founds["now"]) if keep(i)]
+        print(f"| MetaTool single-tool ({len(ones)}), gold in the top 5 | {part} | {sum(n and not h for h, n in ones)} | "
+              f"{sum(h and not n for h, n in ones)} |")
     oracle = [all(g in union for g in gold) for (i, q, gold), union in
               ((m, union_top5(meta, m[1])) for m in multi) if i % TUNING_EVERY != 0]
     print()
