@@ -336,3 +336,33 @@ def test_the_gates_candidates_are_bounded_and_finite(hits: int) -> None:
     assert len(keys(found)) == len(set(keys(found))) <= 10
     assert time.process_time() - start < 5  # a loose bound: runaway work takes minutes here
 
+
+
+@pytest.mark.parametrize("request_text", [
+    "",
+    "zzqx frobnicate and qwxz blorp",
+    "météo horaire à Paris et traduire en français ☂️ 天気予報, and translate",
+    " and ".join(f"weather{i} forecast, translate" for i in range(5_000)),
+    "weather forecast. " * 20_000,
+])
+def test_the_gate_on_a_real_index_is_bounded_for_hostile_requests(index: SearchIndex, request_text: str) -> None:
+    # GIVEN an empty, gibberish, unicode or huge request
+    start = time.process_time()
+    # WHEN find_tool's search ranks it with the gate
+    found = keys(queries.search(index, request_text, 5))
+    # THEN at most 5 tools of the toolbox, each once, and no runaway cost
+    assert len(found) == len(set(found)) <= 5
+    assert set(found) <= {f"{v}/{n}" for v, n, _ in TOOLBOX}
+    assert time.process_time() - start < 5  # a loose bound: runaway work takes minutes here
+
+
+@pytest.mark.parametrize(("request_text", "kinds"), [
+    ("Book a table for two. Send the invoice", ["first", "sentence"]),
+    ("find hotels in Rome, convert 100 dollars", ["first", "comma"]),
+    ("get the weather and translate it", ["first", "connector"]),
+    ("Book a table for two. Then send the invoice", ["first", "connector"]),  # the word nearest the part
+])
+def test_the_gate_reads_how_each_part_was_split(request_text: str, kinds: list[str]) -> None:
+    # GIVEN a request split at a sentence, a comma or a connector  WHEN each part's split is read
+    # THEN the gate's split-type features see which
+    assert [queries._after(request_text, part) for part in queries.intents(request_text)] == kinds
