@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from bench.find_tool_quality import multi_parts, split_parts_only
+from bench.find_tool_quality import multi_parts, split_hand_merge, split_parts_only
 from chalicelib.search import queries as intents
 from chalicelib.search.documents import Document, document_vector
 from chalicelib.search.index import SearchIndex
@@ -165,7 +165,9 @@ def main() -> None:
         "find_tool, whole request only": measure(lambda q: [k for k, _ in index.search(q, TOP)], requests),
         "find_tool, split into parts, no residual (main before i25-multi3)":
             measure(lambda q: [k for k, _ in split_parts_only(index, q, TOP)], requests),
-        "find_tool now: parts and the residual, in the whole's context":
+        "find_tool, parts and the residual by hand rules (main before i25-multi4)":
+            measure(lambda q: [k for k, _ in split_hand_merge(index, q, TOP)], requests),
+        "find_tool now (chalicelib/search/queries.py)":
             measure(lambda q: [k for k, _ in intents.search(index, q, TOP)], requests),
     }
     split = sum(bool(intents.intents(text)) for _, text, _ in requests)

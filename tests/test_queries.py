@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from chalicelib.search import queries
@@ -20,6 +21,7 @@ TOOLBOX = [
     ("stripe", "create-invoice", "Create and send an invoice for a customer."),
     ("shopify", "list-customers", "List the customers of the store with their contact details."),
 ]
+LEARNED = queries.GATE_WEIGHTS  # the gate's weights (bench/multi_gate.py), whether search() uses them or not
 TWO_TOOLS = "What is the weather forecast for Paris tomorrow, will there be rain or wind, and translate a sentence into French"
 
 
@@ -46,6 +48,13 @@ class FakeIndex:
         self.asked.extend(texts)
         more = [self.residuals.get(texts[0], [])[:limit]] if residual else []
         return [self.answers.get(text, [])[:limit] for text in texts] + more
+
+    def holds(self, key: str, words: list[str]) -> list[bool]:
+        return [word in key for word in words]  # a tool's text here is its key
+
+    def cosines(self, key: str, keys: list[str]) -> np.ndarray:
+        # tools of one vendor are siblings (cosine 0.8), others unrelated (0.1)
+        return np.array([0.8 if other.split("/")[0] == key.split("/")[0] else 0.1 for other in keys])
 
 
 @pytest.mark.parametrize("request_text", [
@@ -126,8 +135,16 @@ def test_a_second_intent_without_an_and_is_found_by_what_the_best_hit_leaves(ind
     # WHEN it is searched
     found = keys(queries.search(index, request_text, 3))
     # THEN the residual (the words and meaning the forecast does not explain) finds the
-    # translation, right after the whole request's best hit
-    assert found[:2] == [whole[0], "deepl/translate-text"]
+    # translation, in the top 3 after the whole request's best hit (the gate puts the daily forecast,
+    # the best hit's close sibling, second)
+    assert found[0] == whole[0]
+    assert "deepl/translate-text" in found[1:3]
+
+
+def hand(fake: FakeIndex, request_text: str, limit: int) -> list[tuple[str, float]]:
+    """The hand merge's answer (before the gate; the gate reads its scores as a feature)."""
+    return queries.hand_merged(fake.search_many([request_text, *queries.intents(request_text)], 50, residual=True),
+                               limit)
 
 
 def test_a_residual_hit_counts_in_the_wholes_context() -> None:
@@ -135,14 +152,14 @@ def test_a_residual_hit_counts_in_the_wholes_context() -> None:
     request_text = "compare phone prices"
     whole = [("shop/compare", 6.0), ("shop/search", 5.0), ("shop/deals", 4.0), ("ads/google-ads", 1.0)]
     fake = FakeIndex({request_text: whole}, {request_text: [("ads/google-ads", 5.0), ("shop/deals", 4.0)]})
-    # WHEN it is searched for three hits
-    found = queries.search(fake, request_text, 3)
+    # WHEN the hand merge ranks it for three hits
+    found = hand(fake, request_text, 3)
     # THEN the whole's own top three stay (0.6 x 5.0 + 0.4 x 1.0 = 3.4 is below 4.0)...
     assert keys(found) == ["shop/compare", "shop/search", "shop/deals"]
     # ... while a residual hit the whole request also asks for rises by the residual's score
     fake.answers[request_text] = [("shop/compare", 6.0), ("shop/search", 5.0), ("shop/deals", 4.0),
                                   ("ads/google-ads", 3.9)]
-    assert keys(queries.search(fake, request_text, 3)) == ["shop/compare", "shop/search", "ads/google-ads"]
+    assert keys(hand(fake, request_text, 3)) == ["shop/compare", "shop/search", "ads/google-ads"]
 
 
 def test_a_two_tool_request_gets_both_tools_into_the_top_k(index: SearchIndex) -> None:
@@ -262,3 +279,90 @@ def test_the_residual_lists_only_what_the_request_itself_lists(index: SearchInde
     _, residual = index.search_many([request_text], len(TOOLBOX), residual=True)
     # THEN it holds no tool the request would not list: "send an invoice" gets no weather warning
     assert set(keys(residual)) <= listed
+
+
+def test_the_gate_gives_a_second_intents_tool_a_place_the_hand_merge_does_not() -> None:
+    # GIVEN a two-intent request whose second part's best hit (a translation, unrelated to the
+    # forecast and holding none of the part's words in the forecast's text) scores low in the whole
+    request_text = "weather forecast for Paris and translate a menu into French"
+    whole = [("weather/daily", 6.0), ("maps/route", 5.6), ("news/headlines", 5.3), ("shop/deals", 5.1),
+             ("chess/play", 5.0), ("deepl/translate", 3.0)]
+    fake = FakeIndex({request_text: whole, "weather forecast for Paris": [("weather/daily", 7.0), ("maps/route", 4.0)],
+                      "translate a menu into French": [("deepl/translate", 6.0), ("shop/deals", 2.0)]})
+    parts = queries.intents(request_text)
+    assert parts == ["weather forecast for Paris", "translate a menu into French"]
+    rankings = fake.search_many([request_text, *parts], 50, residual=True)
+    # WHEN it is ranked by the hand merge and by the gate (the learned weights)
+    hand = keys(queries.hand_merged(rankings, 3))
+    gate = keys(queries.gated(fake, request_text, parts, rankings, 3, LEARNED))
+    # THEN the hand merge keeps the whole's own hits (0.6 x 6.0 + 0.4 x 3.0 = 4.8 is below 5.3), while
+    # the gate gives the translation the place right after the whole's best
+    assert "deepl/translate" not in hand
+    assert gate[:2] == ["weather/daily", "deepl/translate"]
+    # ... and find_tool's search ranks with the gate
+    assert keys(queries.search(fake, request_text, 3)) == gate
+
+
+def test_the_gate_keeps_the_whole_requests_best_hit_first_and_every_hit_once() -> None:
+    # GIVEN a request whose part finds a tool scoring far above the whole's best
+    request_text = "weather in Paris and translate it"
+    fake = FakeIndex({request_text: [("w/daily", 2.0), ("w/hourly", 1.5)],
+                      "weather in Paris": [("w/hourly", 30.0), ("w/daily", 2.5)], "translate it": [("t/x", 22.0)]},
+                     {request_text: [("t/x", 9.0), ("w/hourly", 1.0)]})
+    parts = queries.intents(request_text)
+    rankings = fake.search_many([request_text, *parts], 50, residual=True)
+    # WHEN the gate ranks it  THEN the whole's best stays first and no tool comes twice
+    found = keys(queries.gated(fake, request_text, parts, rankings, 5, LEARNED))
+    assert found[0] == "w/daily"
+    assert sorted(found) == ["t/x", "w/daily", "w/hourly"]
+
+
+@pytest.mark.parametrize("hits", [1, 2, 5_000])
+def test_the_gates_candidates_are_bounded_and_finite(hits: int) -> None:
+    # GIVEN a hostile request of many intents, every ranking holding `hits` hits with extreme scores
+    request_text = " and ".join(f"thing{i} stuff" for i in range(1000))
+    ranking = [(f"v{i % 7}/t{i}", (-1) ** i * 1e300) for i in range(hits)]
+    fake = FakeIndex({}, {request_text: ranking})
+    fake.answers = {text: ranking for text in [request_text, *queries.intents(request_text)]}
+    parts = queries.intents(request_text)
+    rankings = fake.search_many([request_text, *parts], 50, residual=True)
+    start = time.process_time()
+    # WHEN the gate's features are computed and the request ranked
+    candidates, rows = queries.gate_features(fake, request_text, parts, rankings)
+    found = queries.gated(fake, request_text, parts, rankings, 10, LEARNED)
+    # THEN at most POOL_WHOLE + (MAX_PARTS + 1) x POOL_PART candidates, no NaN, no tool twice
+    assert len(candidates) <= queries.POOL_WHOLE + (queries.MAX_PARTS + 1) * queries.POOL_PART
+    assert rows.shape == (len(candidates), len(queries.GATE_FEATURES)) and not np.isnan(rows).any()
+    assert len(keys(found)) == len(set(keys(found))) <= 10
+    assert time.process_time() - start < 5  # a loose bound: runaway work takes minutes here
+
+
+
+@pytest.mark.parametrize("request_text", [
+    "",
+    "zzqx frobnicate and qwxz blorp",
+    "météo horaire à Paris et traduire en français ☂️ 天気予報, and translate",
+    " and ".join(f"weather{i} forecast, translate" for i in range(5_000)),
+    "weather forecast. " * 20_000,
+])
+def test_the_gate_on_a_real_index_is_bounded_for_hostile_requests(index: SearchIndex, request_text: str) -> None:
+    # GIVEN an empty, gibberish, unicode or huge request
+    start = time.process_time()
+    # WHEN find_tool's search ranks it with the gate
+    found = keys(queries.search(index, request_text, 5))
+    # THEN at most 5 tools of the toolbox, each once, and no runaway cost
+    assert len(found) == len(set(found)) <= 5
+    assert set(found) <= {f"{v}/{n}" for v, n, _ in TOOLBOX}
+    assert time.process_time() - start < 5  # a loose bound: runaway work takes minutes here
+
+
+@pytest.mark.parametrize(("request_text", "kinds"), [
+    ("Book a table for two. Send the invoice", ["first", "sentence"]),
+    ("find hotels in Rome, convert 100 dollars", ["first", "comma"]),
+    ("get the weather and translate it", ["first", "connector"]),
+    ("Book a table for two. Then send the invoice", ["first", "connector"]),  # the word nearest the part
+])
+def test_the_gate_reads_how_each_part_was_split(request_text: str, kinds: list[str]) -> None:
+    # GIVEN a request split at a sentence, a comma or a connector  WHEN each part's split is read
+    # THEN the gate's split-type features see which
+    assert [queries._after(request_text, part) for part in queries.intents(request_text)] == kinds

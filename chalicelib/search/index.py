@@ -234,6 +234,26 @@ class SearchIndex:
                            if answers[0] else [])
         return answers
 
+    def holds(self, key: str, words: list[str]) -> list[bool]:
+        """Whether `key`'s text (vendor, name, description) holds each of `words`, stemmed as BM25 does."""
+        if self._signals is None or key not in self._rows:
+            return [False] * len(words)
+        row, postings = self._rows[key], self._signals.lexicon.postings
+        return [stem(w) in postings and bool((postings[stem(w)][0] == row).any()) for w in words]
+
+    def cosines(self, key: str, keys: list[str]) -> np.ndarray:
+        """The MiniLM cosine of `key`'s stored vector with each of `keys`' (0 where either is PENDING
+        or unknown): a sibling of a tool is near it, a tool for another intent is not."""
+        out = np.zeros(len(keys), np.float32)
+        signals = self._signals
+        if signals is None or key not in self._rows or not signals.known[self._rows[key]]:
+            return out
+        rows = [self._rows.get(k, -1) for k in keys]
+        found = [i for i, row in enumerate(rows) if row >= 0 and signals.known[row]]
+        if found:
+            out[found] = signals.vectors[[rows[i] for i in found]] @ signals.vectors[self._rows[key]]
+        return out
+
     def _residual(self, query: str, content: list[str], query_vector: np.ndarray, top: str, listed: np.ndarray,
                   limit: int, memory: Memory | None) -> list[tuple[str, float]]:
         """What a request asks beyond its best hit `top` ("explaining away"): ranked as a query of

@@ -21,13 +21,26 @@ The whole request's best hit stays first. A part's hit, and a residual hit, coun
 request's context: its score is PART_WEIGHT of its score for the part and the rest of its score
 for the whole request, so a piece of a one-intent request ("Apple, Samsung, and Google") cannot
 push the whole's own hits out of places 2-5 with a tool the whole request barely asks for
-(bench/find_tool_quality.py).
+(bench/find_tool_quality.py). That "hand merge" ranks the rest when USE_GATE is off.
+
+The gate (USE_GATE): the candidates for places 2 on (the whole's hits 2..POOL_WHOLE, each part's
+and the residual's first POOL_PART) rank by a linear score of GATE_FEATURES (their scores and
+places in each ranking, the hand merge's score, the part's words the best hit already holds,
+their cosine with the best hit, ...), the whole's other hits after them. Its 24 weights were
+learned by bench/multi_gate.py on tuning rows only: 4,000 synthetic two-intent requests joining
+two single-tool tuning requests, and the 2,062 single-tool tuning requests, cross-validated by
+tool. Held out: MetaTool two-tool complete@5 0.602 -> 0.631 (18 requests gained, 5 lost of 447),
+single-tool recall@5 0.812 -> 0.810 (26 gained, 30 lost of 2,719), ToolLens recall@5 0.262 ->
+0.271 (BENCHMARKS.md, "A learned gate"). No model pass: one small product per request.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
 
 from chalicelib.search.text import content_words
 
@@ -51,6 +64,10 @@ class Searchable(Protocol):
 
     def search_many(self, queries: list[str], limit: int = 10, memory: Memory | None = None,
                     residual: bool = False) -> list[list[tuple[str, float]]]: ...
+
+    def holds(self, key: str, words: list[str]) -> list[bool]: ...
+
+    def cosines(self, key: str, keys: list[str]) -> np.ndarray: ...
 
 
 def intents(query: str) -> list[str]:
@@ -82,7 +99,29 @@ def search(index: Searchable, query: str, limit: int, memory: Memory | None = No
                                  residual=True)  # one forward pass
     if not rankings[0]:  # no hit for the whole request: none for its parts
         return []
+    if USE_GATE:
+        return gated(index, query, parts, rankings, limit)
+    return hand_merged(rankings, limit)
+
+
+def hand_merged(rankings: list[list[tuple[str, float]]], limit: int) -> list[tuple[str, float]]:
+    """The merge before the gate: the whole's best first, then each tool by its best score for the
+    whole or, in the whole's context, for a part or the residual."""
     return merged([rankings[0], *(in_context(more[:limit], rankings[0]) for more in rankings[1:])], limit)
+
+
+def gated(index: Searchable, query: str, parts: list[str], rankings: list[list[tuple[str, float]]],
+          limit: int, weights: tuple[float, ...] | None = None) -> list[tuple[str, float]]:
+    """The whole's best hit, then the gate's candidates by their gate score (GATE_WEIGHTS over
+    gate_features), then the whole's other hits in its order; each with its merged score."""
+    whole = rankings[0]
+    keys, rows = gate_features(index, query, parts, rankings)
+    scores = rows @ np.asarray(weights or GATE_WEIGHTS, np.float64)
+    order = [keys[i] for i in sorted(range(len(keys)), key=lambda i: (-scores[i], keys[i]))]
+    chosen = set(order) | {whole[0][0]}
+    ranked = [whole[0][0], *order, *(key for key, _ in whole if key not in chosen)][:limit]
+    merged_scores = dict(hand_merged(rankings, len(whole) + len(keys)))
+    return [(key, merged_scores.get(key, whole[-1][1])) for key in ranked]
 
 
 def in_context(part: list[tuple[str, float]], whole: list[tuple[str, float]]) -> list[tuple[str, float]]:
@@ -116,3 +155,102 @@ def merged(rankings: list[list[tuple[str, float]]], limit: int) -> list[tuple[st
 def _cut(text: str, separator: re.Pattern[str]) -> list[str]:
     """The non-blank pieces of `text` between matches of `separator`."""
     return [piece.strip() for piece in separator.split(text) if piece.strip()]
+
+
+# The gate (bench/multi_gate.py): which of the candidates after the whole's best hit take the next
+# places. Candidates: the whole's hits 2..POOL_WHOLE and each part's and the residual's first
+# POOL_PART; each is described by GATE_FEATURES and ranked by a linear score of them.
+POOL_WHOLE = 10
+POOL_PART = 5
+GAP_CAP = 10.0  # a whole's 1st-2nd score gap above this says no more
+GATE_FEATURES = (
+    "bias", "whole score - best", "log whole rank", "in whole top 5", "merged score - best",
+    "in a part", "log part rank", "part score", "part score - part best", "in residual",
+    "log residual rank", "residual score", "residual score - residual best", "whole gap",
+    "part words / 10", "part words the best hit holds", "part's best in whole top 5",
+    "part after sentence", "part after comma", "cosine with best hit", "parts", "request words / 10",
+    "in a part x cosine", "in residual x cosine",
+)
+USE_GATE = True  # search() ranks a request's candidates with the gate; False: the hand merge
+GATE_WEIGHTS: tuple[float, ...] = (  # one per GATE_FEATURES, learned by bench/multi_gate.py
+    0.9825, 0.0789, -0.0422, 0.0344, 0.3543, 1.4628, -0.1982, 0.0382, 0.0986, 0.2441, -0.0458, 0.0749,
+    -0.0057, -0.0000, 0.0920, -1.2788, -0.0083, 0.0076, -0.4090, 2.1351, 0.0000, 0.0000, -1.8113, -0.9568)
+
+
+def gate_features(index: Searchable, query: str, parts: list[str], rankings: list[list[tuple[str, float]]],
+                  limit: int = POOL_PART) -> tuple[list[str], np.ndarray]:
+    """The gate's candidates (not the whole's best hit) and one row of GATE_FEATURES each, from
+    the whole request's ranking, its parts' and its residual's (`rankings`, in that order; the
+    residual last, as SearchIndex.search_many answers them). Bounded: at most POOL_WHOLE +
+    (MAX_PARTS + 1) x POOL_PART candidates."""
+    whole, others = rankings[0], rankings[1:]
+    top, best = whole[0]
+    scores = dict(whole)
+    places = {key: place for place, (key, _) in enumerate(whole)}
+    floor = min(scores.values())
+    gap = min(best - whole[1][1], GAP_CAP) if len(whole) > 1 else GAP_CAP
+    pool = [key for key, _ in whole[1:POOL_WHOLE]]
+    for ranking in others:
+        pool.extend(key for key, _ in ranking[:POOL_PART] if key != top)
+    keys = list(dict.fromkeys(pool))
+    merged_scores = dict(merged([whole, *(in_context(r[:limit], whole) for r in others)], len(keys) + 1))
+    words = [content_words(part) for part in parts]
+    held = [index.holds(top, w) for w in words]
+    kinds = [_after(query, part) for part in parts]
+    top5 = {key for key, _ in whole[:5]}
+    cosines = index.cosines(top, keys)
+    request_words = len(content_words(query[:MAX_SPLIT_CHARS]))
+    rows = np.zeros((len(keys), len(GATE_FEATURES)), np.float64)
+    for i, key in enumerate(keys):
+        place = places.get(key, len(whole))
+        part = _best_in(key, others[:len(parts)])
+        resid = _best_in(key, others[len(parts):])
+        row = [1.0, scores.get(key, floor) - best, math.log1p(place), float(place < 5),
+               merged_scores.get(key, floor) - best]
+        if part is None:
+            row += [0.0] * 4
+        else:
+            which, rank, score, first = part
+            row += [1.0, math.log1p(rank), score, score - first]
+        if resid is None:
+            row += [0.0] * 4
+        else:
+            _, rank, score, first = resid
+            row += [1.0, math.log1p(rank), score, score - first]
+        row.append(gap)
+        if part is None:
+            row += [0.0] * 5
+        else:
+            which = part[0]
+            ranking = others[which]
+            row += [len(words[which]) / 10, sum(held[which]) / max(len(words[which]), 1),
+                    float(bool(ranking) and ranking[0][0] in top5), float(kinds[which] == "sentence"),
+                    float(kinds[which] == "comma")]
+        cosine = float(cosines[i])
+        row += [cosine, float(len(parts)), request_words / 10, cosine * (part is not None),
+                cosine * (resid is not None)]
+        rows[i] = row
+    return keys, rows
+
+
+def _best_in(key: str, rankings: list[list[tuple[str, float]]]) -> tuple[int, int, float, float] | None:
+    """(which ranking, place, score, that ranking's best score) of `key`'s best place among the
+    first POOL_PART of `rankings`; None when none lists it there."""
+    found = None
+    for which, ranking in enumerate(rankings):
+        for place, (other, score) in enumerate(ranking[:POOL_PART]):
+            if other == key and (found is None or place < found[1]):
+                found = (which, place, score, ranking[0][1])
+    return found
+
+
+def _after(query: str, part: str) -> str:
+    """What ends the text before `part` in `query`: "sentence", "comma", "connector", or "first"."""
+    at = query.find(part)
+    before = query[:at].rstrip() if at > 0 else ""
+    if not before:
+        return "first"
+    if before[-1] in ".!?;":
+        return "sentence"
+    return "comma" if before[-1] == "," else "connector"
+
