@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import secrets
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -230,17 +231,57 @@ def redact(value: Any, secrets: tuple[str, ...]) -> Any:
 
 
 def redact_text(text: str, secrets: tuple[str, ...], *, cut: bool = False) -> str:
-    """`text` with the secrets replaced; with `cut`, the text was cut short, so a tail that is the
-    start of a secret is dropped too (a half secret is still a secret)."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        for form in dict.fromkeys((secret, quote(secret, safe=""), quote_plus(secret))):
+    """`text` with the secrets replaced, as they are or as JSON or a URL escapes them (`\\/`,
+    `\\u002b`, `%2b` or `%2B`, `+` for a space: a vendor's text may quote what it was sent in
+    any of them); with `cut`, the text was cut short, so a tail that is the start of a secret (in
+    one of those forms) is dropped too (a half secret is still a secret)."""
+    ordered = sorted((secret for secret in secrets if secret), key=len, reverse=True)
+    forms = {secret: _forms(secret) for secret in ordered}
+    for secret in ordered:
+        for form in forms[secret]:
             text = text.replace(form, REDACTED)
+        if "\\" in text or "%" in text or (" " in secret and "+" in text):
+            text = re.sub(_escaped(secret), REDACTED, text)
     if cut:
-        for secret in secrets:
-            for length in range(min(len(secret), len(text)), 0, -1):
-                if text.endswith(secret[:length]):
-                    return text[:-length]
+        for secret in ordered:
+            for form in forms[secret]:
+                for length in range(min(len(form), len(text)), 0, -1):
+                    if text.endswith(form[:length]):
+                        return text[:-length]
     return text
+
+
+_JSON_SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+               "\t": "\\t"}
+_PERCENT = re.compile(r"%[0-9A-F]{2}")
+
+
+def _forms(secret: str) -> tuple[str, ...]:
+    """The whole forms a secret is most often quoted in: raw, URL-encoded (upper- and lower-case
+    escapes), and JSON-escaped (with `/` as it is and as `\\/`)."""
+    encoded = [quote(secret, safe=""), quote_plus(secret)]
+    escaped = json.dumps(secret)[1:-1]
+    lower = [_PERCENT.sub(lambda match: match.group().lower(), form) for form in encoded]
+    return tuple(dict.fromkeys((secret, *encoded, *lower, escaped, escaped.replace("/", "\\/"))))
+
+
+def _escaped(secret: str) -> str:
+    """A pattern for `secret` with any of its characters, in any mix, as JSON or a URL escapes it
+    (hex in either case): what `_forms` cannot list."""
+    return "".join(_escaped_char(char) for char in secret)
+
+
+def _escaped_char(char: str) -> str:
+    forms = [re.escape(char)]
+    if char in _JSON_SHORT:
+        forms.append(re.escape(_JSON_SHORT[char]))
+    code = ord(char)
+    units = (code,) if code < 0x10000 else (0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF))
+    forms.append("(?i:" + "".join(f"\\\\u{unit:04x}" for unit in units) + ")")
+    forms.append("(?i:" + "".join(f"%{byte:02x}" for byte in char.encode("utf-8", "surrogatepass")) + ")")
+    if char == " ":
+        forms.append(r"\+")
+    return f"(?:{'|'.join(forms)})"
 
 
 def _answer(response: outbound.HttpResponse, secrets: tuple[str, ...]) -> Outcome:
