@@ -217,17 +217,9 @@ def perform(request: Request, *, dry_run: bool, read_only: bool, timeout: float 
 
 
 def redact(value: Any, secrets: tuple[str, ...]) -> Any:
-    """`value` with every occurrence of each secret (in any string or key, raw or URL-encoded)
-    replaced by a marker."""
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        return redact_text(value, secrets)
-    if isinstance(value, dict):
-        return {redact_text(str(key), secrets): redact(item, secrets) for key, item in value.items()}
-    if isinstance(value, list):
-        return [redact(item, secrets) for item in value]
-    return value
+    """`value` with every occurrence of each secret (in any string or key, raw or escaped as
+    `redact_text` says) replaced by a marker."""
+    return _Redactor(secrets).value(value) if secrets else value
 
 
 def redact_text(text: str, secrets: tuple[str, ...], *, cut: bool = False) -> str:
@@ -235,20 +227,42 @@ def redact_text(text: str, secrets: tuple[str, ...], *, cut: bool = False) -> st
     `\\u002b`, `%2b` or `%2B`, `+` for a space: a vendor's text may quote what it was sent in
     any of them); with `cut`, the text was cut short, so a tail that is the start of a secret (in
     one of those forms) is dropped too (a half secret is still a secret)."""
-    ordered = sorted((secret for secret in secrets if secret), key=len, reverse=True)
-    forms = {secret: _forms(secret) for secret in ordered}
-    for secret in ordered:
-        for form in forms[secret]:
-            text = text.replace(form, REDACTED)
-        if "\\" in text or "%" in text or (" " in secret and "+" in text):
-            text = re.sub(_escaped(secret), REDACTED, text)
-    if cut:
-        for secret in ordered:
-            for form in forms[secret]:
-                for length in range(min(len(form), len(text)), 0, -1):
-                    if text.endswith(form[:length]):
-                        return text[:-length]
-    return text
+    return _Redactor(secrets).text(text, cut=cut)
+
+
+class _Redactor:
+    """The secrets' forms and patterns, built once per answer (not per string of it: an answer
+    of many strings and a long secret, an OAuth token, would cost their product)."""
+
+    def __init__(self, secrets: tuple[str, ...]) -> None:
+        self._ordered = sorted((secret for secret in secrets if secret), key=len, reverse=True)
+        self._forms = {secret: _forms(secret) for secret in self._ordered}
+        self._patterns: dict[str, re.Pattern[str]] = {}
+
+    def value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(str(key)): self.value(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.value(item) for item in value]
+        return value
+
+    def text(self, text: str, *, cut: bool = False) -> str:
+        for secret in self._ordered:
+            for form in self._forms[secret]:
+                text = text.replace(form, REDACTED)
+            if "\\" in text or "%" in text or (" " in secret and "+" in text):
+                if secret not in self._patterns:
+                    self._patterns[secret] = re.compile(_escaped(secret))
+                text = self._patterns[secret].sub(REDACTED, text)
+        if cut:
+            for secret in self._ordered:
+                for form in self._forms[secret]:
+                    for length in range(min(len(form), len(text)), 0, -1):
+                        if text.endswith(form[:length]):
+                            return text[:-length]
+        return text
 
 
 _JSON_SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
