@@ -279,3 +279,18 @@ def test_a_large_import_publishes_at_once_and_its_vectors_follow_from_the_work_q
     assert max(len(message["tools"]) for message in messages) == VECTOR_BATCH
     work(client, messages)
     assert mcp.call("find_tool", by_meaning)["structuredContent"]["hits"][0]["name"] == "forecast"
+
+
+def test_a_document_url_whose_name_resolves_privately_is_refused_without_the_address(
+        admin: Admin, settings_env: Any, monkeypatch: Any) -> None:
+    from chalicelib.net import outbound
+
+    # GIVEN a deployment that calls no private address, and a name that resolves to one inside it
+    settings_env(WORKSET_ALLOW_PRIVATE_NETWORK="false")
+    monkeypatch.setattr(outbound, "system_resolver", lambda host, port: ["10.20.30.40"])
+    # WHEN a document is imported from it
+    answer = _import(admin, url="https://docs.tenant.test/openapi.json")
+    # THEN it is refused, saying why, without telling the tenant the deployment's internal address
+    assert answer.status_code == 400 and answer.json_body["error"]["field"] == "url"
+    assert "private" in answer.json_body["error"]["message"] and "10.20.30.40" not in answer.body.decode()
+    assert admin.call("GET", "/v1/tools").json_body["items"] == []

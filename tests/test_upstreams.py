@@ -522,3 +522,55 @@ def test_a_key_in_a_servers_url_reaches_no_agent_and_no_page(admin: Admin, mcp: 
     waiting = mcp.call("run_tool", {"vendor": "keyed", "name": "echo", "input": {}})
     run = admin.call("POST", f"/v1/approvals/{waiting['structuredContent']['run_id']}/approve").json_body
     assert run["result"]["content"] == [{"type": "text", "text": "echoed"}]
+
+
+@pytest.fixture
+def restless() -> Iterator[str]:
+    """A handshake-era server that describes its three tools anew on every tools/list (a hostile
+    or broken server: each sync brings three new versions)."""
+    lists: list[int] = []
+
+    class Handler(JsonHandler):
+        def do_POST(self) -> None:
+            message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            method = message["method"]
+            if method == "server/discover":
+                self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
+            elif method == "notifications/initialized":
+                self.reply(202, None)
+            elif method == "initialize":
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"],
+                                 "result": {"protocolVersion": "2025-11-25", "capabilities": {}}})
+            else:
+                lists.append(1)
+                tools = [{"name": f"tool_{index}", "description": f"Tool {index}, as listed {len(lists)} times.",
+                          "inputSchema": {"type": "object"}} for index in range(3)]
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": {"tools": tools}})
+
+    with serving(Handler) as base:
+        yield f"{base}/mcp"
+
+
+def test_a_server_changing_more_than_a_days_versions_publishes_nothing_more_that_day(
+        admin: Admin, restless: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.catalog import upstreams
+
+    # GIVEN a server that changes every tool on every sync, and a day's cap of 7 new versions
+    monkeypatch.setattr(upstreams, "MAX_VERSIONS_PER_DAY", 7)
+    assert _register(admin, restless, vendor="restless").status_code == 201  # 3 versions
+    assert admin.call("POST", "/v1/upstreams/restless/sync").status_code == 200  # 6
+    # WHEN it is synced again the same day (3 more would pass the cap)
+    refused = admin.call("POST", "/v1/upstreams/restless/sync")
+    # THEN the sync publishes nothing, says why, and is remembered so
+    assert refused.status_code == 502 and "too many changes" in refused.json_body["error"]["message"]
+    versions = admin.call("GET", "/v1/tools/restless/tool-0").json_body["versions"]
+    assert [version["version"] for version in versions] == [1, 2]
+    last = admin.call("GET", "/v1/upstreams/restless").json_body["last_sync"]
+    assert last["ok"] is False and "too many changes" in last["message"]
+    # AND the next day's hourly sync publishes again
+    tomorrow = utcnow() + timedelta(days=1)
+    assert upstreams.queue_due(tomorrow) == 1
+    upstreams.handle_sync(take_bodies(settings().sweep_queue)[0], tomorrow)
+    versions = admin.call("GET", "/v1/tools/restless/tool-0").json_body["versions"]
+    assert [version["version"] for version in versions] == [1, 2, 3]
+    assert admin.call("GET", "/v1/upstreams/restless").json_body["last_sync"]["ok"] is True

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, quote_plus, urlsplit
 
 import pytest
 from chalice.test import Client
@@ -733,3 +734,29 @@ def _account(admin: Admin) -> str:
     from chalicelib.identity import accounts
 
     return accounts.authenticate_admin(admin.token)
+
+
+def _lower_escapes(text: str) -> str:
+    return re.sub(r"%[0-9A-F]{2}", lambda match: match.group().lower(), text)
+
+
+@pytest.mark.parametrize("form", [
+    QUERY_KEY.replace("/", "\\/"),  # JSON as PHP writes it
+    QUERY_KEY.replace("+", "\\u002b").replace("&", "\\u0026"),  # JSON as Go and .NET write + and &
+    QUERY_KEY.replace("+", "\\u002B").replace("q", "\\u0071", 1),
+    _lower_escapes(quote(QUERY_KEY, safe="")),
+    _lower_escapes(quote_plus(QUERY_KEY)),
+    quote(QUERY_KEY, safe="").replace("%2F", "%2f"),  # one escape in lower case among upper-case ones
+    json.dumps(QUERY_KEY)[1:-1].replace("/", "\\/").replace(" ", "\\u0020"),
+], ids=["json-slash", "json-u-lower", "json-u-upper", "percent-lower", "plus-lower", "percent-mixed", "json-mixed"])
+def test_a_secret_echoed_in_an_escaped_form_is_redacted(form: str) -> None:
+    from chalicelib.calls import vendor as vendor_calls
+
+    # GIVEN a vendor's text that echoes the secret as JSON or a URL escapes it
+    text = f'{{"error": "bad key {form} given"}}'
+    # WHEN it is redacted (as text, and inside an answer's values)
+    redacted = vendor_calls.redact_text(text, (QUERY_KEY,))
+    nested = vendor_calls.redact({"body": [text]}, (QUERY_KEY,))
+    # THEN the secret is gone in that form too, and the rest of the text stays
+    assert redacted == '{"error": "bad key [redacted] given"}'
+    assert nested == {"body": [redacted]}

@@ -210,3 +210,53 @@ def test_a_finished_approval_is_announced_on_the_webhook(hooked, receiver: Recei
     _drain_queue()
     finished = [m["body"] for m in receiver.received if m["body"]["method"] == "notifications/workset/run_finished"]
     assert [(b["params"]["run_id"], b["params"]["status"]) for b in finished] == [(run_id, "succeeded")]
+
+
+# --- the webhook URL's check: what it tells, how long it may take -----------------------------------
+
+INTERNAL = "10.20.30.40"
+
+
+def test_a_webhook_url_whose_name_resolves_privately_is_refused_without_the_address(
+        admin: Admin, agent: dict[str, Any], settings_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.net import outbound
+
+    # GIVEN a deployment that calls no private address, and a name that resolves to one inside it
+    settings_env(WORKSET_ALLOW_PRIVATE_NETWORK="false")
+    monkeypatch.setattr(outbound, "system_resolver", lambda host, port: [INTERNAL])
+    # WHEN an agent's webhook is set to it
+    response = admin.call("PATCH", f"/v1/agents/{agent['id']}", {"webhook_url": "https://hooks.tenant.test/x"})
+    # THEN it is refused, saying why, without telling the tenant the deployment's internal address
+    assert response.status_code == 400 and response.json_body["error"]["field"] == "webhook_url"
+    assert "private" in response.json_body["error"]["message"] and INTERNAL not in response.body.decode()
+    assert admin.call("GET", f"/v1/agents/{agent['id']}").json_body["webhook_url"] is None
+
+
+def test_a_webhook_urls_name_that_never_resolves_is_held_to_the_webhook_timeout(
+        admin: Admin, agent: dict[str, Any], settings_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from chalicelib.net import outbound
+    from tests.conftest import within
+
+    # GIVEN a name whose name server never answers (the tenant's own: it can stall a lookup for
+    # the resolver's whole retry budget, and the API request with it)
+    settings_env(WORKSET_WEBHOOK_TIMEOUT_SECONDS="0.3")
+    released = threading.Event()
+
+    def stalled(host: str, port: int) -> list[str]:
+        released.wait(20)
+        return ["127.0.0.1"]
+
+    monkeypatch.setattr(outbound, "system_resolver", stalled)
+    try:
+        # WHEN an agent's webhook is set to it
+        response = within(10, lambda: admin.call("PATCH", f"/v1/agents/{agent['id']}",
+                                                 {"webhook_url": "https://stalls.tenant.test/x"}))
+        # THEN the check gives up at the webhook timeout, refusing it, and nothing is saved
+        assert response.status_code == 400 and response.json_body["error"]["field"] == "webhook_url"
+        assert "did not answer within 0.3 s" in response.json_body["error"]["message"]
+        assert not released.is_set()
+    finally:
+        released.set()
+    assert admin.call("GET", f"/v1/agents/{agent['id']}").json_body["webhook_url"] is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import secrets
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -216,31 +217,85 @@ def perform(request: Request, *, dry_run: bool, read_only: bool, timeout: float 
 
 
 def redact(value: Any, secrets: tuple[str, ...]) -> Any:
-    """`value` with every occurrence of each secret (in any string or key, raw or URL-encoded)
-    replaced by a marker."""
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        return redact_text(value, secrets)
-    if isinstance(value, dict):
-        return {redact_text(str(key), secrets): redact(item, secrets) for key, item in value.items()}
-    if isinstance(value, list):
-        return [redact(item, secrets) for item in value]
-    return value
+    """`value` with every occurrence of each secret (in any string or key, raw or escaped as
+    `redact_text` says) replaced by a marker."""
+    return _Redactor(secrets).value(value) if secrets else value
 
 
 def redact_text(text: str, secrets: tuple[str, ...], *, cut: bool = False) -> str:
-    """`text` with the secrets replaced; with `cut`, the text was cut short, so a tail that is the
-    start of a secret is dropped too (a half secret is still a secret)."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        for form in dict.fromkeys((secret, quote(secret, safe=""), quote_plus(secret))):
-            text = text.replace(form, REDACTED)
-    if cut:
-        for secret in secrets:
-            for length in range(min(len(secret), len(text)), 0, -1):
-                if text.endswith(secret[:length]):
-                    return text[:-length]
-    return text
+    """`text` with the secrets replaced, as they are or as JSON or a URL escapes them (`\\/`,
+    `\\u002b`, `%2b` or `%2B`, `+` for a space: a vendor's text may quote what it was sent in
+    any of them); with `cut`, the text was cut short, so a tail that is the start of a secret (in
+    one of those forms) is dropped too (a half secret is still a secret)."""
+    return _Redactor(secrets).text(text, cut=cut)
+
+
+class _Redactor:
+    """The secrets' forms and patterns, built once per answer (not per string of it: an answer
+    of many strings and a long secret, an OAuth token, would cost their product)."""
+
+    def __init__(self, secrets: tuple[str, ...]) -> None:
+        self._ordered = sorted((secret for secret in secrets if secret), key=len, reverse=True)
+        self._forms = {secret: _forms(secret) for secret in self._ordered}
+        self._patterns: dict[str, re.Pattern[str]] = {}
+
+    def value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(str(key)): self.value(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.value(item) for item in value]
+        return value
+
+    def text(self, text: str, *, cut: bool = False) -> str:
+        for secret in self._ordered:
+            for form in self._forms[secret]:
+                text = text.replace(form, REDACTED)
+            if "\\" in text or "%" in text or (" " in secret and "+" in text):
+                if secret not in self._patterns:
+                    self._patterns[secret] = re.compile(_escaped(secret))
+                text = self._patterns[secret].sub(REDACTED, text)
+        if cut:
+            for secret in self._ordered:
+                for form in self._forms[secret]:
+                    for length in range(min(len(form), len(text)), 0, -1):
+                        if text.endswith(form[:length]):
+                            return text[:-length]
+        return text
+
+
+_JSON_SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+               "\t": "\\t"}
+_PERCENT = re.compile(r"%[0-9A-F]{2}")
+
+
+def _forms(secret: str) -> tuple[str, ...]:
+    """The whole forms a secret is most often quoted in: raw, URL-encoded (upper- and lower-case
+    escapes), and JSON-escaped (with `/` as it is and as `\\/`)."""
+    encoded = [quote(secret, safe=""), quote_plus(secret)]
+    escaped = json.dumps(secret)[1:-1]
+    lower = [_PERCENT.sub(lambda match: match.group().lower(), form) for form in encoded]
+    return tuple(dict.fromkeys((secret, *encoded, *lower, escaped, escaped.replace("/", "\\/"))))
+
+
+def _escaped(secret: str) -> str:
+    """A pattern for `secret` with any of its characters, in any mix, as JSON or a URL escapes it
+    (hex in either case): what `_forms` cannot list."""
+    return "".join(_escaped_char(char) for char in secret)
+
+
+def _escaped_char(char: str) -> str:
+    forms = [re.escape(char)]
+    if char in _JSON_SHORT:
+        forms.append(re.escape(_JSON_SHORT[char]))
+    code = ord(char)
+    units = (code,) if code < 0x10000 else (0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF))
+    forms.append("(?i:" + "".join(f"\\\\u{unit:04x}" for unit in units) + ")")
+    forms.append("(?i:" + "".join(f"%{byte:02x}" for byte in char.encode("utf-8", "surrogatepass")) + ")")
+    if char == " ":
+        forms.append(r"\+")
+    return f"(?:{'|'.join(forms)})"
 
 
 def _answer(response: outbound.HttpResponse, secrets: tuple[str, ...]) -> Outcome:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chalicelib.access import connections
 from chalicelib.base.config import settings
-from chalicelib.base.errors import Busy, InvalidInput, WorksetError
+from chalicelib.base.errors import Busy, InvalidInput, VendorError, WorksetError
 from chalicelib.base.validation import VENDOR_PATTERN, parse
 from chalicelib.catalog.indexes import INLINE_VECTORS
 from chalicelib.net import outbound
@@ -109,6 +109,14 @@ class Report:
                 "vectors_pending": self.vectors_pending, "tools": [line.to_dict() for line in self.lines]}
 
 
+class TooManyChanges(VendorError):
+    """The source brought more new versions than `apply` may write (`max_new`): none was written."""
+
+    def __init__(self, new: int, allowed: int) -> None:
+        super().__init__(f"too many changes: {new} new versions, and {allowed} may be published; nothing was published")
+        self.new, self.allowed = new, allowed
+
+
 @dataclass(frozen=True)
 class _Planned:
     """A candidate that will be written, and the line it gets once it is."""
@@ -130,14 +138,19 @@ def known_names(heads: dict[str, ToolVersion], kind: str) -> dict[str, str]:
 
 
 def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidate], heads: dict[str, ToolVersion],
-          *, connection: str | None, published_by: str, now: datetime, dry_run: bool, attended: bool = True) -> Report:
+          *, connection: str | None, published_by: str, now: datetime, dry_run: bool, attended: bool = True,
+          max_new: int | None = None) -> Report:
     """Publish what changed, restore what came back, mark unavailable what left the source; with
     `dry_run`, answer the same lines and write nothing. `heads` are the vendor's tools
     (`existing`). `attended`: a person started this (an unattended sync's new tools are held to
-    `guards.UNREVIEWED`)."""
+    `guards.UNREVIEWED`). More than `max_new` new versions (a source that grows without end) is
+    TooManyChanges, and nothing is written."""
     checked = _ConnectionCheck(account_id, connection, vendor)
     planned = [_plan(candidate, heads.get(candidate.name), kind, connection, checked, attended)
                for candidate in candidates]
+    new = sum(plan.new is not None for plan in planned)
+    if max_new is not None and new > max_new and not dry_run:
+        raise TooManyChanges(new, max_new)
     keys = {candidate.key for candidate in candidates}
     gone = [head for head in heads.values() if _from(head, kind) and head.origin["key"] not in keys  # type: ignore[index]
             and not head.unavailable]

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from chalicelib.access import connections, credentials
 from chalicelib.base import log
 from chalicelib.base.config import settings
-from chalicelib.base.errors import Conflict, NotFound, WorksetError
+from chalicelib.base.errors import Conflict, NotFound, VendorError, WorksetError
 from chalicelib.base.text import visible
 from chalicelib.base.validation import VENDOR_PATTERN, parse
 from chalicelib.catalog import imports
@@ -56,6 +56,12 @@ STDIO_REFUSAL = (
 _MCP_NAME = re.compile(r"[\x21-\x7e]{1,128}")  # what Workset passes back as the server's own tool name
 _HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 FAILURES_KEPT = 20  # failed tools named in a remembered sync
+# New versions a server's syncs may publish in a UTC day: past it, a sync publishes nothing (and
+# says so) until the next day. A server lists at most 2,000 tools (`mcpclient.list_tools`), so this
+# lets a registration and two complete changes of the largest server through in one day; a server
+# that changes every tool at every hourly sync would otherwise add 48,000 versions (each up to
+# 320 KB, stored twice) a day. Two syncs at once may both pass it: at worst by one sync's list.
+MAX_VERSIONS_PER_DAY = 6000
 UNFINISHED = ("the hourly sync started and did not finish (the worker stopped: a list too large to publish in "
               "time, or a fault); it is tried again an hour later, or sync it now")
 
@@ -176,15 +182,26 @@ def candidates(upstream: Upstream, tools: list[Any], keep_names: dict[str, str])
 def _publish(upstream: Upstream, revision: str, tools: list[Any], published_by: str, now: datetime) -> Report:
     heads = imports.existing(upstream.account_id, upstream.vendor)
     offered = candidates(upstream, tools, imports.known_names(heads, MCP))
+    day = f"{now:%Y-%m-%d}"
+    used = upstream.published_on(day)
     try:
         report = imports.apply(upstream.account_id, upstream.vendor, MCP, offered, heads,
                                connection=upstream.connection_id, published_by=published_by, now=now, dry_run=False,
-                               attended=published_by != SYNCED_BY)
+                               attended=published_by != SYNCED_BY, max_new=max(MAX_VERSIONS_PER_DAY - used, 0))
+    except imports.TooManyChanges as refused:
+        message = (f"too many changes: the server changed {refused.new} tools, and its syncs publish at most "
+                   f"{MAX_VERSIONS_PER_DAY} new versions a day (UTC), {refused.allowed} more today; nothing was "
+                   "published, and its tools stay as they are until a sync tomorrow")
+        upstream_store.record_sync(upstream.account_id, upstream.vendor, now, {"ok": False, "message": message},
+                                   revision)
+        raise VendorError(message) from None
     except WorksetError as error:  # nothing more is known than that it failed: remembered so, and raised
         upstream_store.record_sync(upstream.account_id, upstream.vendor, now, {"ok": False, "message": error.message},
                                    revision)
         raise
-    upstream_store.record_sync(upstream.account_id, upstream.vendor, now, _outcome(report), revision)
+    counts = report.counts()
+    upstream_store.record_sync(upstream.account_id, upstream.vendor, now, _outcome(report), revision,
+                               published=(day, used + counts[imports.PUBLISHED] + counts[imports.NEW_VERSION]))
     return report
 
 

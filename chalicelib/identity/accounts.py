@@ -261,11 +261,13 @@ def end_console_sessions(account_id: str) -> None:
 
 def _settings(model: type[S], payload: Any) -> S:
     """Agent settings read from `payload`; a webhook URL must be one Workset may call (checked
-    here, apart from the model: it resolves the host)."""
+    here, apart from the model: it resolves the host, within the time a delivery has)."""
     request = parse(model, payload)
     if request.webhook_url is not None:
+        config = settings()
         try:
-            outbound.check_destination(request.webhook_url, allow_private=settings().allow_private_network)
+            outbound.check_destination(request.webhook_url, allow_private=config.allow_private_network,
+                                       timeout=config.webhook_timeout_seconds)
         except WorksetError as error:
             raise InvalidInput(f"webhook_url: {error.message}", field="webhook_url") from None
     return request

@@ -113,8 +113,15 @@ def is_never_allowed(address: str) -> bool:
                for ip in _judged(address))
 
 
-def check_destination(url: str, *, allow_private: bool, resolver: Resolver = system_resolver) -> str:
-    """Resolve the URL's host and answer the address to connect to; refuse a forbidden one."""
+def check_destination(url: str, *, allow_private: bool, resolver: Resolver | None = None,
+                      timeout: float | None = None) -> str:
+    """Resolve the URL's host (within `timeout` seconds, if given: a tenant's name server can stall
+    a lookup for tens of seconds) and answer the address to connect to; refuse a forbidden one,
+    without naming the address a name resolved to (a deployment's internal map is not the
+    tenant's to read). The resolver is `system_resolver` as it is at call time (tests stub it)."""
+    resolver = resolver or system_resolver
+    if timeout is not None:
+        resolver = _within(resolver, _Deadline(timeout), timeout)
     parts = urlsplit(url)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise ForbiddenDestination(f"{url!r} is not an http or https URL")
@@ -131,22 +138,23 @@ def check_destination(url: str, *, allow_private: bool, resolver: Resolver = sys
     refused = [address for address in addresses
                if is_never_allowed(address) or (not allow_private and not is_public(address))]
     if refused:
+        named = parts.hostname.strip("[]") not in addresses  # an address written as the host is the tenant's own
         raise ForbiddenDestination(
-            f"{parts.hostname} resolves to {refused[0]}, a private, loopback or link-local address; "
+            f"{parts.hostname} {'resolves to' if named else 'is'} a private, loopback or link-local address; "
             "Workset does not call those"
         )
     return addresses[0]
 
 
 def send(request: HttpRequest, *, timeout: float, max_bytes: int, allow_private: bool,
-         resolver: Resolver = system_resolver, complete: Callable[[bytes], bool] | None = None) -> HttpResponse:
+         resolver: Resolver | None = None, complete: Callable[[bytes], bool] | None = None) -> HttpResponse:
     """Send one request and read the answer, all within `timeout` seconds; missing that deadline
     raises VendorTimeout, a transport failure VendorError. `complete`, handed each read's new bytes
     (every byte once, so a stream of n bytes costs n however finely it arrives), ends the reading
     when it answers True (an event stream the server keeps open after the part we wait for)."""
     deadline = _Deadline(timeout)
     address = check_destination(request.url, allow_private=allow_private,
-                                resolver=_within(resolver, deadline, timeout))
+                                resolver=_within(resolver or system_resolver, deadline, timeout))
     parts = urlsplit(request.url)
     hostname = parts.hostname or ""
     path = parts.path or "/"

@@ -467,6 +467,8 @@ class UpstreamItem(Model):
     revision = UnicodeAttribute(null=True)  # the MCP revision it spoke at the last sync
     synced_at = UTCDateTimeAttribute(null=True)
     sync = JSONAttribute(null=True)  # the last sync's outcome: {"ok", "message"?, "counts"}
+    published_day = UnicodeAttribute(null=True)  # the UTC day `published` counts (a sync's daily cap)
+    published = NumberAttribute(null=True)  # versions its syncs published that day
     upstream_shard = UnicodeAttribute()
     by_shard = UpstreamsByShard()
 

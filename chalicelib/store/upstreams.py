@@ -47,15 +47,19 @@ def list_fleet() -> list[Upstream]:
             for item in UpstreamItem.by_shard.query(f"s{label}")]
 
 
-def record_sync(account_id: str, vendor: str, now: datetime, outcome: dict[str, Any], revision: str | None) -> None:
-    """Remember how a sync ended (and the revision the server spoke)."""
+def record_sync(account_id: str, vendor: str, now: datetime, outcome: dict[str, Any], revision: str | None,
+                published: tuple[str, int] | None = None) -> None:
+    """Remember how a sync ended (and the revision the server spoke, and how many versions its
+    syncs have published on a day: `published`, (day, count))."""
     actions = [UpstreamItem.synced_at.set(now), UpstreamItem.sync.set(outcome)]
     if revision is not None:
         actions.append(UpstreamItem.revision.set(revision))
+    if published is not None:
+        actions += [UpstreamItem.published_day.set(published[0]), UpstreamItem.published.set(published[1])]
     update_if(UpstreamItem(account_id=account_id, sk=upstream_sk(vendor)), actions, UpstreamItem.sk.exists())
 
 
 def _record(item: UpstreamItem) -> Upstream:
     return Upstream(account_id=item.account_id, vendor=item.vendor, url=item.url, created_at=item.created_at,
                     connection_id=item.connection_id, revision=item.revision, synced_at=item.synced_at,
-                    sync=item.sync)
+                    sync=item.sync, published_day=item.published_day, published=int(item.published or 0))
