@@ -35,6 +35,7 @@ from urllib.parse import urlencode
 import pytest
 from chalice.test import Client
 
+from chalicelib.net import outbound
 from chalicelib.oauth import documents
 from tests import test_oauth
 from tests.conftest import Admin, Console
@@ -317,7 +318,7 @@ def test_a_private_address_is_refused_before_any_connection(console: Console, cl
     # GIVEN a client ID whose host resolves to an address Workset must not reach
     settings_env(WORKSET_ALLOW_PRIVATE_NETWORK=allow_private)
     asked: list[str] = []
-    monkeypatch.setattr(documents, "_resolve", lambda host, port: asked.append(host) or addresses)
+    monkeypatch.setattr(outbound, "system_resolver", lambda host, port: asked.append(host) or addresses)
     documents.forget()
     # WHEN the person opens the consent page
     page = consent_page(console, "https://client.example/oauth/client.json")
@@ -343,7 +344,7 @@ def test_a_client_id_url_of_the_wrong_shape_is_refused_without_a_lookup(
     # GIVEN a deployment that allows no private network (so http is refused too: draft section 3)
     settings_env(WORKSET_ALLOW_PRIVATE_NETWORK="false")
     asked: list[str] = []
-    monkeypatch.setattr(documents, "_resolve", lambda host, port: asked.append(host) or ["93.184.215.14"])
+    monkeypatch.setattr(outbound, "system_resolver", lambda host, port: asked.append(host) or ["93.184.215.14"])
     # WHEN a request names a client ID URL that draft section 3 does not allow
     page = consent_page(console, client_id)
     # THEN the person is told why, and nothing was resolved or connected to

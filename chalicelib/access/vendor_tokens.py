@@ -93,16 +93,12 @@ def _ask(oauth: dict[str, str], client_secret: str, form: dict[str, str], *, tim
         raise TokenRefused("no time was left to ask the token endpoint")
     try:
         response = outbound.send(request, timeout=timeout, max_bytes=TOKEN_MAX_BYTES,
-                                 allow_private=settings().allow_private_network, resolver=_resolve)
+                                 allow_private=settings().allow_private_network)
     except VendorTimeout:
         raise TokenRefused(f"the token endpoint at {host} did not answer within {timeout:g} s") from None
     except VendorError as error:
         raise TokenRefused(f"the token endpoint at {host} could not be reached ({error.code})") from None
     return _tokens(response, host or "", now)
-
-
-def _resolve(host: str, port: int) -> list[str]:
-    return outbound.system_resolver(host, port)  # looked up at call time: tests stub the resolver
 
 
 def _tokens(response: outbound.HttpResponse, host: str, now: datetime) -> Tokens:

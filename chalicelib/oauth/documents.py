@@ -158,7 +158,7 @@ def _fetch(url: urls.URL) -> outbound.HttpResponse:
     request = outbound.HttpRequest("GET", url.text, headers={"Accept": "application/json"})
     try:
         response = outbound.send(request, timeout=FETCH_TIMEOUT_SECONDS, max_bytes=MAX_DOCUMENT_BYTES,
-                                 allow_private=settings().allow_private_network, resolver=_resolve)
+                                 allow_private=settings().allow_private_network)
     except ForbiddenDestination:
         raise DocumentRefused(f"{url.host} is a private, loopback or link-local address; Workset does "
                               "not fetch from those") from None
@@ -175,10 +175,6 @@ def _fetch(url: urls.URL) -> outbound.HttpResponse:
     if media not in _JSON_TYPES and not (media.startswith("application/") and media.endswith("+json")):
         raise DocumentRefused("its metadata document is not served as application/json")
     return response
-
-
-def _resolve(host: str, port: int) -> list[str]:
-    return outbound.system_resolver(host, port)  # looked up at call time: tests stub the resolver
 
 
 def _client(client_id: str, response: outbound.HttpResponse, now: datetime) -> OAuthClient:
