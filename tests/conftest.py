@@ -454,6 +454,30 @@ class JsonHandler(BaseHTTPRequestHandler):
         pass
 
 
+class HandshakeHandler(JsonHandler):
+    """A fake handshake-era MCP server (2025-11-25): it refuses `server/discover`, so a client
+    falls back to `initialize`, which it answers; it acknowledges notifications; every other
+    method goes to `answer`, which replies (`result` for a JSON-RPC result)."""
+
+    def do_POST(self) -> None:
+        message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        method = message["method"]
+        if method == "server/discover":
+            self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
+        elif method.startswith("notifications/"):
+            self.reply(202, None)
+        elif method == "initialize":
+            self.result(message, {"protocolVersion": "2025-11-25", "capabilities": {}})
+        else:
+            self.answer(message)
+
+    def result(self, message: dict[str, Any], value: Any) -> None:
+        self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": value})
+
+    def answer(self, message: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
 @dataclass
 class Vendor:
     """A real HTTP server on 127.0.0.1 standing in for a vendor API; records what it receives."""

@@ -5,7 +5,6 @@ tools published, no 500, and a sync that is remembered `ok` only when it did eve
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 from chalicelib.net import mcpclient
 from chalicelib.store import tools as tool_store
 from chalicelib.tools.definitions import MAX_SCHEMA_BYTES
-from tests.conftest import Admin, JsonHandler, serving
+from tests.conftest import Admin, HandshakeHandler, serving
 
 
 @pytest.fixture(autouse=True)
@@ -41,26 +40,16 @@ def server() -> Iterator[tuple[str, dict[str, Any]]]:
     list of tools; the last without a nextCursor unless `state["forever"]`)."""
     state: dict[str, Any] = {"pages": [[]], "forever": False, "lists": 0}
 
-    class Handler(JsonHandler):
-        def do_POST(self) -> None:
-            message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            method = message["method"]
-            if method == "server/discover":
-                self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
-            elif method == "notifications/initialized":
-                self.reply(202, None)
-            elif method == "initialize":
-                self.reply(200, {"jsonrpc": "2.0", "id": message["id"],
-                                   "result": {"protocolVersion": "2025-11-25", "capabilities": {}}})
-            else:
-                state["lists"] += 1
-                pages = state["pages"]
-                cursor = (message.get("params") or {}).get("cursor")
-                index = int(cursor) if cursor else 0
-                result: dict[str, Any] = {"tools": pages[index % len(pages)]}
-                if state["forever"] or index + 1 < len(pages):
-                    result["nextCursor"] = str(index + 1)
-                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": result})
+    class Handler(HandshakeHandler):
+        def answer(self, message: dict[str, Any]) -> None:
+            state["lists"] += 1
+            pages = state["pages"]
+            cursor = (message.get("params") or {}).get("cursor")
+            index = int(cursor) if cursor else 0
+            result: dict[str, Any] = {"tools": pages[index % len(pages)]}
+            if state["forever"] or index + 1 < len(pages):
+                result["nextCursor"] = str(index + 1)
+            self.result(message, result)
 
     with serving(Handler) as base:
         yield f"{base}/mcp", state

@@ -17,7 +17,7 @@ from chalicelib.base.clock import utcnow
 from chalicelib.base.config import settings
 from chalicelib.net import mcpclient
 from tests.books import sweep_at, take_bodies, work
-from tests.conftest import Admin, JsonHandler, Mcp, serving
+from tests.conftest import Admin, HandshakeHandler, JsonHandler, Mcp, serving
 from tests.upstream_servers import bridged_url_fixture, everything_url_fixture, forecast_server, sdk_server  # noqa: F401
 
 
@@ -325,21 +325,12 @@ def echoing() -> Iterator[str]:
 
     listed: list[int] = []
 
-    class Handler(JsonHandler):
-        def do_POST(self) -> None:
-            message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            method = message["method"]
-            if method == "server/discover":
-                self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
-            elif method == "notifications/initialized":
-                self.reply(202, None)
-            elif method == "initialize":
-                self.reply(200, {"jsonrpc": "2.0", "id": message["id"],
-                                 "result": {"protocolVersion": "2025-11-25", "capabilities": {}}})
-            elif not listed:
+    class Handler(HandshakeHandler):
+        def answer(self, message: dict[str, Any]) -> None:
+            if not listed:
                 listed.append(1)
-                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": {"tools": [
-                    {"name": "echo", "description": "Echo text back.", "inputSchema": {"type": "object"}}]}})
+                self.result(message, {"tools": [
+                    {"name": "echo", "description": "Echo text back.", "inputSchema": {"type": "object"}}]})
             else:
                 sent = base64.b64decode(self.headers["Authorization"].removeprefix("Basic ")).decode()
                 self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "error": {
@@ -530,22 +521,12 @@ def restless() -> Iterator[str]:
     or broken server: each sync brings three new versions)."""
     lists: list[int] = []
 
-    class Handler(JsonHandler):
-        def do_POST(self) -> None:
-            message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            method = message["method"]
-            if method == "server/discover":
-                self.reply(400, {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "no"}})
-            elif method == "notifications/initialized":
-                self.reply(202, None)
-            elif method == "initialize":
-                self.reply(200, {"jsonrpc": "2.0", "id": message["id"],
-                                 "result": {"protocolVersion": "2025-11-25", "capabilities": {}}})
-            else:
-                lists.append(1)
-                tools = [{"name": f"tool_{index}", "description": f"Tool {index}, as listed {len(lists)} times.",
-                          "inputSchema": {"type": "object"}} for index in range(3)]
-                self.reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": {"tools": tools}})
+    class Handler(HandshakeHandler):
+        def answer(self, message: dict[str, Any]) -> None:
+            lists.append(1)
+            tools = [{"name": f"tool_{index}", "description": f"Tool {index}, as listed {len(lists)} times.",
+                      "inputSchema": {"type": "object"}} for index in range(3)]
+            self.result(message, {"tools": tools})
 
     with serving(Handler) as base:
         yield f"{base}/mcp"
