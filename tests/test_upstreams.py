@@ -16,6 +16,7 @@ from chalice.test import Client
 from chalicelib.base.clock import utcnow
 from chalicelib.base.config import settings
 from chalicelib.net import mcpclient
+from chalicelib.store.models import ApprovalItem, approval_sk
 from tests.books import sweep_at, take_bodies, work
 from tests.conftest import Admin, HandshakeHandler, JsonHandler, Mcp, serving
 from tests.upstream_servers import bridged_url_fixture, everything_url_fixture, forecast_server, sdk_server  # noqa: F401
@@ -513,6 +514,33 @@ def test_a_key_in_a_servers_url_reaches_no_agent_and_no_page(admin: Admin, mcp: 
     waiting = mcp.call("run_tool", {"vendor": "keyed", "name": "echo", "input": {}})
     run = admin.call("POST", f"/v1/approvals/{waiting['structuredContent']['run_id']}/approve").json_body
     assert run["result"]["content"] == [{"type": "text", "text": "echoed"}]
+
+
+def test_a_key_in_a_servers_url_reaches_no_approval_nor_what_changed_since(admin: Admin, mcp: Mcp, agent: Any,
+                                                                           console: Any, keyed: Any) -> None:
+    url, _ = keyed
+    # GIVEN a server registered with its key in its URL, and a person's approval of its tool
+    assert _register(admin, f"{url}?api_key={KEY}", vendor="keyed").status_code == 201
+    # (a destructive write, by MCP's default hints, asks on every call unless its approvals stand)
+    assert admin.call("PUT", "/v1/tools/keyed/echo/approval-policy", {"policy": "first_call"}).status_code == 200
+    waiting = mcp.call("run_tool", {"vendor": "keyed", "name": "echo", "input": {}})["structuredContent"]
+    assert admin.call("POST", f"/v1/approvals/{waiting['run_id']}/approve").status_code == 200
+    # WHEN the agent's decisions are listed
+    decisions = admin.call("GET", f"/v1/agents/{agent['id']}/approvals")
+    # THEN the request shape shows the query's names, not their values
+    assert KEY not in decisions.body.decode()
+    assert decisions.json_body["items"][0]["request_shape"]["query"] == "api_key=…"
+    # AND WHEN that decision is one from before request shapes (every part of the shape is new to it)
+    ApprovalItem(agent_id=agent["id"], sk=approval_sk("keyed", "echo")).update(actions=[ApprovalItem.shape.remove()])
+    again = mcp.call("run_tool", {"vendor": "keyed", "name": "echo", "input": {}})["structuredContent"]
+    assert again["status"] == "awaiting_approval"
+    # THEN what changed since the decision shows the query without its values, in the API and the console
+    pending = admin.call("GET", "/v1/approvals")
+    since = pending.json_body["items"][0]["since_decision"]
+    assert since["changes"]["query"] == {"from": None, "to": "api_key=…"}
+    page = console.get(f"/console/approvals/{again['run_id']}").body.decode()
+    assert "api_key=…" in page
+    assert KEY not in pending.body.decode() + page
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from typing import Any
 from chalicelib.agents.workingset import PinChange
 from chalicelib.base.clock import iso
 from chalicelib.calls.runs import ShapeChange
+from chalicelib.catalog import toolbox
 from chalicelib.identity.accounts import Created
 from chalicelib.net import urls
 from chalicelib.store.records import (
@@ -180,7 +181,7 @@ def decision(record: Approval) -> dict[str, Any]:
         "name": record.name,
         "decision": record.decision,
         "version": record.version,
-        "request_shape": record.shape,
+        "request_shape": toolbox.shown_shape(record.shape) if record.shape else record.shape,
         "decided_by": record.approved_by,
         "decided_at": iso(record.approved_at),
     }

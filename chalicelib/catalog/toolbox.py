@@ -24,7 +24,7 @@ from chalicelib.base.errors import (
 )
 from chalicelib.catalog import indexes, usage
 from chalicelib.identity import accounts
-from chalicelib.net import hosts
+from chalicelib.net import hosts, urls
 from chalicelib.store import agents as agent_store
 from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed
@@ -119,8 +119,17 @@ def shape_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[
     for field in fields:
         was, now = (shape.get(field, IMPLIED_SHAPE.get(field)) for shape in (before, after))
         if was != now:
-            changes[field] = {"from": was, "to": now}
+            changes[field] = {"from": shown_shape(before).get(field, was), "to": shown_shape(after).get(field, now)}
     return changes
+
+
+def shown_shape(shape: dict[str, Any] | None) -> dict[str, Any]:
+    """A request shape as a person is shown it: an MCP server's query with its values hidden
+    (`urls.redacted_query`), as a key registered in the server's URL may be one of them. The
+    stored shape keeps them, so that a changed key still asks a person again."""
+    if not shape or "tool" not in shape or not isinstance(shape.get("query"), str):
+        return shape or {}
+    return {**shape, "query": urls.redacted_query(shape["query"])}
 
 
 def accept_annotations(account_id: str, vendor: str, name: str, version: int, person: str,

@@ -98,9 +98,12 @@ def redacted(url: str, *, path: bool = False) -> str:
     parts = urlsplit(url)
     netloc = parts.netloc if "@" not in parts.netloc else f"{HIDDEN}@{parts.netloc.rpartition('@')[2]}"
     shown_path = f"/{HIDDEN}" if path and parts.path.strip("/") else parts.path
-    query = "&".join(f"{pair.partition('=')[0]}={HIDDEN}" if "=" in pair else HIDDEN
-                     for pair in parts.query.split("&") if pair)
-    return urlunsplit((parts.scheme, netloc, shown_path, query, HIDDEN if parts.fragment else ""))
+    return urlunsplit((parts.scheme, netloc, shown_path, redacted_query(parts.query), HIDDEN if parts.fragment else ""))
+
+
+def redacted_query(query: str) -> str:
+    """A URL's query with each value replaced by `…` (`api_key=…`), its names kept."""
+    return "&".join(f"{pair.partition('=')[0]}={HIDDEN}" if "=" in pair else HIDDEN for pair in query.split("&") if pair)
 
 
 def _split(rest: str) -> tuple[str, str, str]:
