@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -583,3 +584,27 @@ def test_a_server_changing_more_than_a_days_versions_publishes_nothing_more_that
     versions = admin.call("GET", "/v1/tools/restless/tool-0").json_body["versions"]
     assert [version["version"] for version in versions] == [1, 2, 3]
     assert admin.call("GET", "/v1/upstreams/restless").json_body["last_sync"]["ok"] is True
+
+
+def test_two_syncs_at_once_cannot_both_pass_the_days_cap(admin: Admin, restless: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.catalog import upstreams
+    from chalicelib.store import upstreams as upstream_store
+
+    # GIVEN a server that changes every tool on every sync, a day's cap of 7, and one sync done (6 versions)
+    monkeypatch.setattr(upstreams, "MAX_VERSIONS_PER_DAY", 7)
+    assert _register(admin, restless, vendor="restless").status_code == 201
+    assert admin.call("POST", "/v1/upstreams/restless/sync").status_code == 200
+    # WHEN a second sync had read the server's record before the first one counted its versions
+    # (the two ran at once: it sees 3 published today, so 3 more look within the cap)
+    read = upstream_store.get
+    monkeypatch.setattr(upstream_store, "get", lambda *key: replace(read(*key), published=3))  # type: ignore[arg-type]
+    refused = admin.call("POST", "/v1/upstreams/restless/sync")
+    monkeypatch.setattr(upstream_store, "get", read)
+    # THEN it publishes nothing, says why, and the day's count stays within the cap
+    assert refused.status_code == 502 and "too many changes" in refused.json_body["error"]["message"]
+    versions = admin.call("GET", "/v1/tools/restless/tool-0").json_body["versions"]
+    assert [version["version"] for version in versions] == [1, 2]
+    (upstream,) = [found for found in upstream_store.list_fleet() if found.vendor == "restless"]
+    assert upstream.published_on(f"{utcnow():%Y-%m-%d}") == 6
+    assert "too many changes" in upstream.sync["message"]

@@ -21,7 +21,7 @@ search ranks those tools by their words until the vectors arrive.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -139,12 +139,13 @@ def known_names(heads: dict[str, ToolVersion], kind: str) -> dict[str, str]:
 
 def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidate], heads: dict[str, ToolVersion],
           *, connection: str | None, published_by: str, now: datetime, dry_run: bool, attended: bool = True,
-          max_new: int | None = None) -> Report:
+          max_new: int | None = None, reserve: Callable[[int], None] | None = None) -> Report:
     """Publish what changed, restore what came back, mark unavailable what left the source; with
     `dry_run`, answer the same lines and write nothing. `heads` are the vendor's tools
     (`existing`). `attended`: a person started this (an unattended sync's new tools are held to
     `guards.UNREVIEWED`). More than `max_new` new versions (a source that grows without end) is
-    TooManyChanges, and nothing is written."""
+    TooManyChanges, and nothing is written; so is a refusal by `reserve`, called with the number of
+    new versions before any is written (a count kept elsewhere that other imports share)."""
     checked = _ConnectionCheck(account_id, connection, vendor)
     planned = [_plan(candidate, heads.get(candidate.name), kind, connection, checked, attended)
                for candidate in candidates]
@@ -166,6 +167,8 @@ def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidat
     stale = [head for plan in planned if plan.line.outcome in (UNCHANGED, RESTORED)
              and (head := heads[plan.line.name]).vector_version != VECTOR_VERSION
              and head.published_at < now - VECTORS_OVERDUE]
+    if reserve is not None and new:
+        reserve(new)
     written, pending = _write(account_id, planned, stale, published_by, now)
     if gone:
         _mark(account_id, gone, f"no longer offered by the {_source(kind)} (as of {now:%Y-%m-%d %H:%M} UTC)")

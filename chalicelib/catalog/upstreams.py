@@ -60,7 +60,9 @@ FAILURES_KEPT = 20  # failed tools named in a remembered sync
 # says so) until the next day. A server lists at most 2,000 tools (`mcpclient.list_tools`), so this
 # lets a registration and two complete changes of the largest server through in one day; a server
 # that changes every tool at every hourly sync would otherwise add 48,000 versions (each up to
-# 320 KB, stored twice) a day. Two syncs at once may both pass it: at worst by one sync's list.
+# 320 KB, stored twice) a day. A sync counts its new versions before it writes them, where the
+# stored count leaves room (`upstream_store.count_published`): two syncs at once cannot both pass
+# it. A sync cut short after counting leaves its count (the day's cap is reached sooner, never passed).
 MAX_VERSIONS_PER_DAY = 6000
 UNFINISHED = ("the hourly sync started and did not finish (the worker stopped: a list too large to publish in "
               "time, or a fault); it is tried again an hour later, or sync it now")
@@ -184,10 +186,22 @@ def _publish(upstream: Upstream, revision: str, tools: list[Any], published_by: 
     offered = candidates(upstream, tools, imports.known_names(heads, MCP))
     day = f"{now:%Y-%m-%d}"
     used = upstream.published_on(day)
+    reserved: list[int] = []
+
+    def reserve(count: int) -> None:
+        """Count the versions against the day before they are written: a sync that ran at the same
+        time may have counted its own since `upstream` was read."""
+        if not upstream_store.count_published(upstream.account_id, upstream.vendor, day, count, MAX_VERSIONS_PER_DAY,
+                                              day_started=upstream.published_day == day):
+            counted = upstream_store.get(upstream.account_id, upstream.vendor)
+            raise imports.TooManyChanges(count, max(MAX_VERSIONS_PER_DAY - (counted or upstream).published_on(day), 0))
+        reserved.append(count)
+
     try:
         report = imports.apply(upstream.account_id, upstream.vendor, MCP, offered, heads,
                                connection=upstream.connection_id, published_by=published_by, now=now, dry_run=False,
-                               attended=published_by != SYNCED_BY, max_new=max(MAX_VERSIONS_PER_DAY - used, 0))
+                               attended=published_by != SYNCED_BY, max_new=max(MAX_VERSIONS_PER_DAY - used, 0),
+                               reserve=reserve)
     except imports.TooManyChanges as refused:
         message = (f"too many changes: the server changed {refused.new} tools, and its syncs publish at most "
                    f"{MAX_VERSIONS_PER_DAY} new versions a day (UTC), {refused.allowed} more today; nothing was "
@@ -200,8 +214,10 @@ def _publish(upstream: Upstream, revision: str, tools: list[Any], published_by: 
                                    revision)
         raise
     counts = report.counts()
-    upstream_store.record_sync(upstream.account_id, upstream.vendor, now, _outcome(report), revision,
-                               published=(day, used + counts[imports.PUBLISHED] + counts[imports.NEW_VERSION]))
+    unwritten = sum(reserved) - counts[imports.PUBLISHED] - counts[imports.NEW_VERSION]
+    if unwritten > 0:  # the store refused some (`failed` lines): a later sync may publish them today
+        upstream_store.uncount_published(upstream.account_id, upstream.vendor, day, unwritten)
+    upstream_store.record_sync(upstream.account_id, upstream.vendor, now, _outcome(report), revision)
     return report
 
 

@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from pynamodb.exceptions import DoesNotExist
 
-from chalicelib.store.base import key_ok, page, update_if
+from chalicelib.store.base import key_ok, page, update_if, update_once_if
 from chalicelib.store.models import SHARDS, UPSTREAM_PREFIX, UpstreamItem, shard, upstream_sk
 from chalicelib.store.records import Page, Upstream
 
@@ -47,16 +47,38 @@ def list_fleet() -> list[Upstream]:
             for item in UpstreamItem.by_shard.query(f"s{label}")]
 
 
-def record_sync(account_id: str, vendor: str, now: datetime, outcome: dict[str, Any], revision: str | None,
-                published: tuple[str, int] | None = None) -> None:
-    """Remember how a sync ended (and the revision the server spoke, and how many versions its
-    syncs have published on a day: `published`, (day, count))."""
+def record_sync(account_id: str, vendor: str, now: datetime, outcome: dict[str, Any], revision: str | None) -> None:
+    """Remember how a sync ended (and the revision the server spoke)."""
     actions = [UpstreamItem.synced_at.set(now), UpstreamItem.sync.set(outcome)]
     if revision is not None:
         actions.append(UpstreamItem.revision.set(revision))
-    if published is not None:
-        actions += [UpstreamItem.published_day.set(published[0]), UpstreamItem.published.set(published[1])]
     update_if(UpstreamItem(account_id=account_id, sk=upstream_sk(vendor)), actions, UpstreamItem.sk.exists())
+
+
+def count_published(account_id: str, vendor: str, day: str, count: int, cap: int, *, day_started: bool) -> bool:
+    """Count `count` new versions against what the server's syncs publish on `day` (UTC), before
+    they are written: False, and nothing counted, when that would pass `cap`. The count is added
+    only where the stored one leaves room, so two syncs at once cannot both pass the cap on the
+    same count read. One call when `day_started` (whether the record read counts `day` already) is
+    right; each step is idempotent (`update_once_if`), so a lost answer never counts twice."""
+    if count > cap:
+        return False
+    item = UpstreamItem(account_id=account_id, sk=upstream_sk(vendor))
+    exists = UpstreamItem.sk.exists()
+    same_day = exists & (UpstreamItem.published_day == day) & (UpstreamItem.published <= cap - count)
+    new_day = exists & (UpstreamItem.published_day.does_not_exist() | (UpstreamItem.published_day != day))
+    add: list[Any] = [UpstreamItem.published.add(count)]
+    start: list[Any] = [UpstreamItem.published_day.set(day), UpstreamItem.published.set(count)]
+    # a day the record counts already never restarts; a day it did not may have been started meanwhile
+    steps = [(add, same_day)] if day_started else [(start, new_day), (add, same_day)]
+    return any(update_once_if(item, actions, condition) for actions, condition in steps)
+
+
+def uncount_published(account_id: str, vendor: str, day: str, count: int) -> None:
+    """Give back `count` of `day`'s counted versions that were not written after all (the store
+    refused them); nothing when the record counts another day by now."""
+    update_once_if(UpstreamItem(account_id=account_id, sk=upstream_sk(vendor)),
+                   [UpstreamItem.published.add(-count)], UpstreamItem.published_day == day)
 
 
 def _record(item: UpstreamItem) -> Upstream:
