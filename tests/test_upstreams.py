@@ -608,3 +608,51 @@ def test_two_syncs_at_once_cannot_both_pass_the_days_cap(admin: Admin, restless:
     (upstream,) = [found for found in upstream_store.list_fleet() if found.vendor == "restless"]
     assert upstream.published_on(f"{utcnow():%Y-%m-%d}") == 6
     assert "too many changes" in upstream.sync["message"]
+
+
+def test_versions_the_store_refused_are_not_counted_against_the_day(admin: Admin, restless: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.base.errors import Busy
+    from chalicelib.catalog import upstreams
+    from chalicelib.store import tools as tool_store
+    from chalicelib.store import upstreams as upstream_store
+
+    # GIVEN a day's cap of 7 and a registration (3 versions)
+    monkeypatch.setattr(upstreams, "MAX_VERSIONS_PER_DAY", 7)
+    assert _register(admin, restless, vendor="restless").status_code == 201
+    # WHEN a sync's 3 new versions are counted and then refused by a store too busy to write them
+    def busy(*args: Any, **kwargs: Any) -> None:
+        raise Busy("the store is busy")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(tool_store, "put_versions", busy)
+        failed = admin.call("POST", "/v1/upstreams/restless/sync").json_body
+    assert failed["sync"]["counts"]["failed"] == 3
+    # THEN the day's count is as it was, and a sync publishes them later that day
+    (upstream,) = upstream_store.list_fleet()
+    assert upstream.published_on(f"{utcnow():%Y-%m-%d}") == 3
+    assert admin.call("POST", "/v1/upstreams/restless/sync").status_code == 200
+    versions = admin.call("GET", "/v1/tools/restless/tool-0").json_body["versions"]
+    assert [version["version"] for version in versions] == [1, 2]
+    (upstream,) = upstream_store.list_fleet()
+    assert upstream.published_on(f"{utcnow():%Y-%m-%d}") == 6
+
+
+def test_a_days_count_takes_versions_up_to_the_cap_and_starts_again_the_next_day(admin: Admin, restless: str) -> None:
+    from chalicelib.store import upstreams as upstream_store
+
+    assert _register(admin, restless, vendor="restless").status_code == 201
+    (upstream,) = upstream_store.list_fleet()
+    key = (upstream.account_id, upstream.vendor)
+    day = upstream.published_day
+    assert day is not None and upstream.published == 3
+    # the day's count takes what fits under the cap, exactly up to it, and nothing past it
+    assert upstream_store.count_published(*key, day, 4, 7, day_started=True)
+    assert not upstream_store.count_published(*key, day, 1, 7, day_started=True)
+    # a stale read (the day not seen as started) neither restarts the count nor passes the cap
+    assert not upstream_store.count_published(*key, day, 1, 7, day_started=False)
+    assert upstream_store.get(*key).published_on(day) == 7  # type: ignore[union-attr]
+    # another day starts its own count (a count over the cap is refused whole)
+    assert not upstream_store.count_published(*key, "2999-01-01", 8, 7, day_started=False)
+    assert upstream_store.count_published(*key, "2999-01-01", 2, 7, day_started=False)
+    assert upstream_store.get(*key).published_on("2999-01-01") == 2  # type: ignore[union-attr]
