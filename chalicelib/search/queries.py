@@ -170,11 +170,15 @@ GATE_FEATURES = (
     "part words / 10", "part words the best hit holds", "part's best in whole top 5",
     "part after sentence", "part after comma", "cosine with best hit", "parts", "request words / 10",
     "in a part x cosine", "in residual x cosine",
+    "its part's words it holds", "any part's words it holds", "unexplained part words it holds",
+    "unexplained request words it holds",
 )
+PAIRWISE = 4  # the last 4 features: the candidate against the parts' own words (issue 25, round 6)
 USE_GATE = True  # search() ranks a request's candidates with the gate; False: the hand merge
 GATE_WEIGHTS: tuple[float, ...] = (  # one per GATE_FEATURES, learned by bench/multi_gate.py
     0.9825, 0.0789, -0.0422, 0.0344, 0.3543, 1.4628, -0.1982, 0.0382, 0.0986, 0.2441, -0.0458, 0.0749,
-    -0.0057, -0.0000, 0.0920, -1.2788, -0.0083, 0.0076, -0.4090, 2.1351, 0.0000, 0.0000, -1.8113, -0.9568)
+    -0.0057, -0.0000, 0.0920, -1.2788, -0.0083, 0.0076, -0.4090, 2.1351, 0.0000, 0.0000, -1.8113, -0.9568,
+    0.0, 0.0, 0.0, 0.0)
 
 
 def gate_features(index: Searchable, query: str, parts: list[str], rankings: list[list[tuple[str, float]]],
@@ -199,7 +203,10 @@ def gate_features(index: Searchable, query: str, parts: list[str], rankings: lis
     kinds = [_after(query, part) for part in parts]
     top5 = {key for key, _ in whole[:5]}
     cosines = index.cosines(top, keys)
-    request_words = len(content_words(query[:MAX_SPLIT_CHARS]))
+    whole_words = content_words(query[:MAX_SPLIT_CHARS])
+    request_words = len(whole_words)
+    top_holds = dict(zip(whole_words, index.holds(top, whole_words)))
+    asked = list(dict.fromkeys([*whole_words, *(w for part_words in words for w in part_words)]))
     rows = np.zeros((len(keys), len(GATE_FEATURES)), np.float64)
     for i, key in enumerate(keys):
         place = places.get(key, len(whole))
@@ -229,8 +236,19 @@ def gate_features(index: Searchable, query: str, parts: list[str], rankings: lis
         cosine = float(cosines[i])
         row += [cosine, float(len(parts)), request_words / 10, cosine * (part is not None),
                 cosine * (resid is not None)]
+        holds = dict(zip(asked, index.holds(key, asked)))
+        shares = [_share(part_words, holds) for part_words in words]
+        left = [_share([w for w, h in zip(part_words, held_by_top) if not h], holds)
+                for part_words, held_by_top in zip(words, held)]
+        row += [shares[part[0]] if part is not None else 0.0, max(shares, default=0.0),
+                max(left, default=0.0), _share([w for w in whole_words if not top_holds.get(w)], holds)]
         rows[i] = row
     return keys, rows
+
+
+def _share(words: list[str], holds: dict[str, bool]) -> float:
+    """The share of `words` a candidate's text holds (`holds`: word -> held); 0 for no words."""
+    return sum(holds.get(w, False) for w in words) / len(words) if words else 0.0
 
 
 def _best_in(key: str, rankings: list[list[tuple[str, float]]]) -> tuple[int, int, float, float] | None:
