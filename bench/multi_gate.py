@@ -1,6 +1,10 @@
 """A learned gate for multi-intent requests (issue 25, goal 5): data, training, cross-validation.
 
-Run from the project root:  python bench/multi_gate.py [--cache FILE] [--pairs N]
+Run from the project root:  python bench/multi_gate.py [--cache FILE] [--pairs N] [--two-stage]
+
+The 24-feature gate of main (the last queries.PAIRWISE features held at 0) is trained and
+cross-validated beside the gate with them; the share printed as best is the one with the most CV
+synthetic complete@5 whose CV single-tool recall@5 is not below the 24-feature gate's.
 
 Which candidate from a part's or the residual's ranking takes a place in the top 5 is decided by
 a linear score of a few features (chalicelib/search/queries.py, gate_features). Its weights are
