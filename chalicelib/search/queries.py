@@ -26,12 +26,14 @@ push the whole's own hits out of places 2-5 with a tool the whole request barely
 The gate (USE_GATE): the candidates for places 2 on (the whole's hits 2..POOL_WHOLE, each part's
 and the residual's first POOL_PART) rank by a linear score of GATE_FEATURES (their scores and
 places in each ranking, the hand merge's score, the part's words the best hit already holds,
-their cosine with the best hit, ...), the whole's other hits after them. Its 24 weights were
-learned by bench/multi_gate.py on tuning rows only: 4,000 synthetic two-intent requests joining
-two single-tool tuning requests, and the 2,062 single-tool tuning requests, cross-validated by
-tool. Held out: MetaTool two-tool complete@5 0.602 -> 0.631 (18 requests gained, 5 lost of 447),
-single-tool recall@5 0.812 -> 0.810 (26 gained, 30 lost of 2,719), ToolLens recall@5 0.262 ->
-0.271 (BENCHMARKS.md, "A learned gate"). No model pass: one small product per request.
+their cosine with the best hit, the share of their part's words and of the words the best hit
+leaves unexplained that their text holds, ...), the whole's other hits after them. Its 28 weights
+were learned by bench/multi_gate.py on tuning rows only: 4,000 synthetic two-intent requests
+joining two single-tool tuning requests, and the 2,062 single-tool tuning requests,
+cross-validated by tool. Held out, against the hand merge: MetaTool two-tool complete@5 0.602 ->
+0.638 (21 requests gained, 5 lost of 447; 0.631 with the 24 features before the pairwise four),
+single-tool recall@5 0.812 -> 0.811 (30 gained, 32 lost of 2,719) (BENCHMARKS.md, "A learned
+gate" and "The gate's pairwise features"). No model pass: one small product per request.
 """
 
 from __future__ import annotations
@@ -173,12 +175,12 @@ GATE_FEATURES = (
     "its part's words it holds", "any part's words it holds", "unexplained part words it holds",
     "unexplained request words it holds",
 )
-PAIRWISE = 4  # the last 4 features: the candidate against the parts' own words (issue 25, round 6)
+PAIRWISE = 4  # the last 4 features: the candidate's text against the parts' own words (issue 25, round 6)
 USE_GATE = True  # search() ranks a request's candidates with the gate; False: the hand merge
 GATE_WEIGHTS: tuple[float, ...] = (  # one per GATE_FEATURES, learned by bench/multi_gate.py
-    0.9825, 0.0789, -0.0422, 0.0344, 0.3543, 1.4628, -0.1982, 0.0382, 0.0986, 0.2441, -0.0458, 0.0749,
-    -0.0057, -0.0000, 0.0920, -1.2788, -0.0083, 0.0076, -0.4090, 2.1351, 0.0000, 0.0000, -1.8113, -0.9568,
-    0.0, 0.0, 0.0, 0.0)
+    0.9382, 0.0836, -0.0483, 0.0455, 0.3491, 1.4685, -0.1893, 0.0569, 0.1005, 0.3210, -0.0436, 0.0473,
+    -0.0095, 0.0000, 0.0591, -1.1720, -0.0182, 0.0341, -0.3884, 2.2362, 0.0000, -0.0000, -1.9806, -0.9902,
+    -0.4774, 0.0933, -0.1317, 1.4921)
 
 
 def gate_features(index: Searchable, query: str, parts: list[str], rankings: list[list[tuple[str, float]]],
