@@ -366,3 +366,40 @@ def test_the_gate_reads_how_each_part_was_split(request_text: str, kinds: list[s
     # GIVEN a request split at a sentence, a comma or a connector  WHEN each part's split is read
     # THEN the gate's split-type features see which
     assert [queries._after(request_text, part) for part in queries.intents(request_text)] == kinds
+
+
+def test_the_gate_reads_which_candidate_holds_the_words_the_best_hit_leaves() -> None:
+    # GIVEN a two-intent request whose best hit answers the first part, with a sibling of that best
+    # hit, the second intent's tool and an unrelated tool among the candidates (a tool's text is its key)
+    request_text = "weather in paris and translate text"
+    fake = FakeIndex({request_text: [("w/weather-paris", 3.0), ("w/weather-hourly", 2.0), ("d/translate-text", 1.0),
+                                     ("x/other", 0.5)],
+                      "weather in paris": [("w/weather-paris", 4.0), ("w/weather-hourly", 3.0)],
+                      "translate text": [("d/translate-text", 5.0), ("x/other", 4.0)]})
+    parts = queries.intents(request_text)
+    rankings = fake.search_many([request_text, *parts], 50, residual=True)
+    # WHEN the gate's features are computed
+    candidates, rows = queries.gate_features(fake, request_text, parts, rankings)
+    names = queries.GATE_FEATURES[-queries.PAIRWISE:]
+    pairwise = {key: dict(zip(names, row[-queries.PAIRWISE:])) for key, row in zip(candidates, rows)}
+    # THEN the second intent's tool holds all of its part's words, and all the words the best hit leaves
+    assert pairwise["d/translate-text"] == {"its part's words it holds": 1.0, "any part's words it holds": 1.0,
+                                           "unexplained part words it holds": 1.0,
+                                           "unexplained request words it holds": 1.0}
+    # ... the sibling holds half of its part's words, but none the best hit leaves unexplained
+    assert pairwise["w/weather-hourly"] == {"its part's words it holds": 0.5, "any part's words it holds": 0.5,
+                                            "unexplained part words it holds": 0.0,
+                                            "unexplained request words it holds": 0.0}
+    # ... and a tool that holds no word of the request has none of them
+    assert not any(pairwise["x/other"].values())
+
+
+def test_the_pairwise_features_are_zero_for_a_request_that_is_not_split() -> None:
+    # GIVEN a one-intent request (no parts) whose best hit holds every word of it
+    request_text = "weather paris"
+    fake = FakeIndex({request_text: [("w/weather-paris", 3.0), ("w/weather-hourly", 2.0)]})
+    rankings = fake.search_many([request_text], 50, residual=True)
+    # WHEN the gate's features are computed  THEN no part to hold words of, and nothing left unexplained
+    candidates, rows = queries.gate_features(fake, request_text, [], rankings)
+    assert candidates == ["w/weather-hourly"]
+    assert not rows[:, -queries.PAIRWISE:].any()

@@ -26,12 +26,14 @@ push the whole's own hits out of places 2-5 with a tool the whole request barely
 The gate (USE_GATE): the candidates for places 2 on (the whole's hits 2..POOL_WHOLE, each part's
 and the residual's first POOL_PART) rank by a linear score of GATE_FEATURES (their scores and
 places in each ranking, the hand merge's score, the part's words the best hit already holds,
-their cosine with the best hit, ...), the whole's other hits after them. Its 24 weights were
-learned by bench/multi_gate.py on tuning rows only: 4,000 synthetic two-intent requests joining
-two single-tool tuning requests, and the 2,062 single-tool tuning requests, cross-validated by
-tool. Held out: MetaTool two-tool complete@5 0.602 -> 0.631 (18 requests gained, 5 lost of 447),
-single-tool recall@5 0.812 -> 0.810 (26 gained, 30 lost of 2,719), ToolLens recall@5 0.262 ->
-0.271 (BENCHMARKS.md, "A learned gate"). No model pass: one small product per request.
+their cosine with the best hit, the share of their part's words and of the words the best hit
+leaves unexplained that their text holds, ...), the whole's other hits after them. Its 28 weights
+were learned by bench/multi_gate.py on tuning rows only: 4,000 synthetic two-intent requests
+joining two single-tool tuning requests, and the 2,062 single-tool tuning requests,
+cross-validated by tool. Held out, against the hand merge: MetaTool two-tool complete@5 0.602 ->
+0.638 (21 requests gained, 5 lost of 447; 0.631 with the 24 features before the pairwise four),
+single-tool recall@5 0.812 -> 0.811 (30 gained, 32 lost of 2,719) (BENCHMARKS.md, "A learned
+gate" and "The gate's pairwise features"). No model pass: one small product per request.
 """
 
 from __future__ import annotations
@@ -170,11 +172,15 @@ GATE_FEATURES = (
     "part words / 10", "part words the best hit holds", "part's best in whole top 5",
     "part after sentence", "part after comma", "cosine with best hit", "parts", "request words / 10",
     "in a part x cosine", "in residual x cosine",
+    "its part's words it holds", "any part's words it holds", "unexplained part words it holds",
+    "unexplained request words it holds",
 )
+PAIRWISE = 4  # the last 4 features: the candidate's text against the parts' own words (issue 25, round 6)
 USE_GATE = True  # search() ranks a request's candidates with the gate; False: the hand merge
 GATE_WEIGHTS: tuple[float, ...] = (  # one per GATE_FEATURES, learned by bench/multi_gate.py
-    0.9825, 0.0789, -0.0422, 0.0344, 0.3543, 1.4628, -0.1982, 0.0382, 0.0986, 0.2441, -0.0458, 0.0749,
-    -0.0057, -0.0000, 0.0920, -1.2788, -0.0083, 0.0076, -0.4090, 2.1351, 0.0000, 0.0000, -1.8113, -0.9568)
+    0.9382, 0.0836, -0.0483, 0.0455, 0.3491, 1.4685, -0.1893, 0.0569, 0.1005, 0.3210, -0.0436, 0.0473,
+    -0.0095, 0.0000, 0.0591, -1.1720, -0.0182, 0.0341, -0.3884, 2.2362, 0.0000, -0.0000, -1.9806, -0.9902,
+    -0.4774, 0.0933, -0.1317, 1.4921)
 
 
 def gate_features(index: Searchable, query: str, parts: list[str], rankings: list[list[tuple[str, float]]],
@@ -199,7 +205,10 @@ def gate_features(index: Searchable, query: str, parts: list[str], rankings: lis
     kinds = [_after(query, part) for part in parts]
     top5 = {key for key, _ in whole[:5]}
     cosines = index.cosines(top, keys)
-    request_words = len(content_words(query[:MAX_SPLIT_CHARS]))
+    whole_words = content_words(query[:MAX_SPLIT_CHARS])
+    request_words = len(whole_words)
+    top_holds = dict(zip(whole_words, index.holds(top, whole_words)))
+    asked = list(dict.fromkeys([*whole_words, *(w for part_words in words for w in part_words)]))
     rows = np.zeros((len(keys), len(GATE_FEATURES)), np.float64)
     for i, key in enumerate(keys):
         place = places.get(key, len(whole))
@@ -229,8 +238,19 @@ def gate_features(index: Searchable, query: str, parts: list[str], rankings: lis
         cosine = float(cosines[i])
         row += [cosine, float(len(parts)), request_words / 10, cosine * (part is not None),
                 cosine * (resid is not None)]
+        holds = dict(zip(asked, index.holds(key, asked)))
+        shares = [_share(part_words, holds) for part_words in words]
+        left = [_share([w for w, h in zip(part_words, held_by_top) if not h], holds)
+                for part_words, held_by_top in zip(words, held)]
+        row += [shares[part[0]] if part is not None else 0.0, max(shares, default=0.0),
+                max(left, default=0.0), _share([w for w in whole_words if not top_holds.get(w)], holds)]
         rows[i] = row
     return keys, rows
+
+
+def _share(words: list[str], holds: dict[str, bool]) -> float:
+    """The share of `words` a candidate's text holds (`holds`: word -> held); 0 for no words."""
+    return sum(holds.get(w, False) for w in words) / len(words) if words else 0.0
 
 
 def _best_in(key: str, rankings: list[list[tuple[str, float]]]) -> tuple[int, int, float, float] | None:
