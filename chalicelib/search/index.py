@@ -239,7 +239,8 @@ class SearchIndex:
         if self._signals is None or key not in self._rows:
             return [False] * len(words)
         row, postings = self._rows[key], self._signals.lexicon.postings
-        return [stem(w) in postings and bool((postings[stem(w)][0] == row).any()) for w in words]
+        stems = [stem(word) for word in words]
+        return [term in postings and bool((postings[term][0] == row).any()) for term in stems]
 
     def cosines(self, key: str, keys: list[str]) -> np.ndarray:
         """The MiniLM cosine of `key`'s stored vector with each of `keys`' (0 where either is PENDING
