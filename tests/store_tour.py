@@ -38,6 +38,7 @@ def exercise_store() -> set[str]:
         accounts,
         agents,
         connections,
+        daycounts,
         history,
         listens,
         oauth,
@@ -137,9 +138,9 @@ def exercise_store() -> set[str]:
     assert [found.vendor for found in run(upstreams.list_all, "acct", limit=10).items] == ["docs"]
     assert [found.vendor for found in run(upstreams.list_fleet)] == ["docs"]
     run(upstreams.record_sync, "acct", "docs", now, {"ok": True}, "2025-11-25")
-    assert run(upstreams.count_published, "acct", "docs", "2025-11-25", 2, 5, day_started=False)
-    run(upstreams.uncount_published, "acct", "docs", "2025-11-25", 1)
-    assert run(upstreams.get, "acct", "docs").published_on("2025-11-25") == 1
+    assert run(daycounts.count, "acct", "docs", "2025-11-25", 2, 5)
+    run(daycounts.give_back, "acct", "docs", "2025-11-25", 1)
+    assert run(daycounts.counted, "acct", "docs", "2025-11-25") == 1
     week = now + timedelta(days=7)
     promotion = Promotion("acme", "orders", now, "a1")
     assert run(outbox.pending) == []

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -563,16 +562,17 @@ def restless() -> Iterator[str]:
 
 def test_a_server_changing_more_than_a_days_versions_publishes_nothing_more_that_day(
         admin: Admin, restless: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib.catalog import upstreams
+    from chalicelib.catalog import imports, upstreams
 
     # GIVEN a server that changes every tool on every sync, and a day's cap of 7 new versions
-    monkeypatch.setattr(upstreams, "MAX_VERSIONS_PER_DAY", 7)
+    monkeypatch.setattr(imports, "MAX_VERSIONS_PER_DAY", 7)
     assert _register(admin, restless, vendor="restless").status_code == 201  # 3 versions
     assert admin.call("POST", "/v1/upstreams/restless/sync").status_code == 200  # 6
     # WHEN it is synced again the same day (3 more would pass the cap)
     refused = admin.call("POST", "/v1/upstreams/restless/sync")
-    # THEN the sync publishes nothing, says why, and is remembered so
+    # THEN the sync publishes nothing, says why and how many more the day allows, and is remembered so
     assert refused.status_code == 502 and "too many changes" in refused.json_body["error"]["message"]
+    assert "1 more today" in refused.json_body["error"]["message"]
     versions = admin.call("GET", "/v1/tools/restless/tool-0").json_body["versions"]
     assert [version["version"] for version in versions] == [1, 2]
     last = admin.call("GET", "/v1/upstreams/restless").json_body["last_sync"]
@@ -588,38 +588,45 @@ def test_a_server_changing_more_than_a_days_versions_publishes_nothing_more_that
 
 def test_two_syncs_at_once_cannot_both_pass_the_days_cap(admin: Admin, restless: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib.catalog import upstreams
+    from chalicelib.catalog import imports
+    from chalicelib.store import daycounts
     from chalicelib.store import upstreams as upstream_store
 
-    # GIVEN a server that changes every tool on every sync, a day's cap of 7, and one sync done (6 versions)
-    monkeypatch.setattr(upstreams, "MAX_VERSIONS_PER_DAY", 7)
+    # GIVEN a server that changes every tool on every sync, a day's cap of 7, and a registration (3 versions)
+    monkeypatch.setattr(imports, "MAX_VERSIONS_PER_DAY", 7)
     assert _register(admin, restless, vendor="restless").status_code == 201
-    assert admin.call("POST", "/v1/upstreams/restless/sync").status_code == 200
-    # WHEN a second sync had read the server's record before the first one counted its versions
-    # (the two ran at once: it sees 3 published today, so 3 more look within the cap)
-    read = upstream_store.get
-    monkeypatch.setattr(upstream_store, "get", lambda *key: replace(read(*key), published=3))  # type: ignore[arg-type]
+    (upstream,) = upstream_store.list_fleet()
+    day = f"{utcnow():%Y-%m-%d}"
+    # WHEN another sync counts its 3 new versions after this one has planned its own, and before it counts them
+    real = daycounts.count
+
+    def raced(*args: Any) -> bool:
+        assert real(upstream.account_id, "restless", day, 3, 7)
+        return real(*args)
+
+    monkeypatch.setattr(daycounts, "count", raced)
     refused = admin.call("POST", "/v1/upstreams/restless/sync")
-    monkeypatch.setattr(upstream_store, "get", read)
-    # THEN it publishes nothing, says why, and the day's count stays within the cap
+    # THEN this one publishes nothing, says why, and the day's count stays within the cap
     assert refused.status_code == 502 and "too many changes" in refused.json_body["error"]["message"]
     versions = admin.call("GET", "/v1/tools/restless/tool-0").json_body["versions"]
-    assert [version["version"] for version in versions] == [1, 2]
-    (upstream,) = [found for found in upstream_store.list_fleet() if found.vendor == "restless"]
-    assert upstream.published_on(f"{utcnow():%Y-%m-%d}") == 6
-    assert "too many changes" in upstream.sync["message"]
+    assert [version["version"] for version in versions] == [1]
+    assert daycounts.counted(upstream.account_id, "restless", day) == 6
+    assert "too many changes" in upstream_store.list_fleet()[0].sync["message"]  # type: ignore[index]
 
 
 def test_versions_the_store_refused_are_not_counted_against_the_day(admin: Admin, restless: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from chalicelib.base.errors import Busy
-    from chalicelib.catalog import upstreams
+    from chalicelib.catalog import imports
+    from chalicelib.store import daycounts
     from chalicelib.store import tools as tool_store
     from chalicelib.store import upstreams as upstream_store
 
     # GIVEN a day's cap of 7 and a registration (3 versions)
-    monkeypatch.setattr(upstreams, "MAX_VERSIONS_PER_DAY", 7)
+    monkeypatch.setattr(imports, "MAX_VERSIONS_PER_DAY", 7)
     assert _register(admin, restless, vendor="restless").status_code == 201
+    (upstream,) = upstream_store.list_fleet()
+    day = f"{utcnow():%Y-%m-%d}"
     # WHEN a sync's 3 new versions are counted and then refused by a store too busy to write them
     def busy(*args: Any, **kwargs: Any) -> None:
         raise Busy("the store is busy")
@@ -629,30 +636,53 @@ def test_versions_the_store_refused_are_not_counted_against_the_day(admin: Admin
         failed = admin.call("POST", "/v1/upstreams/restless/sync").json_body
     assert failed["sync"]["counts"]["failed"] == 3
     # THEN the day's count is as it was, and a sync publishes them later that day
-    (upstream,) = upstream_store.list_fleet()
-    assert upstream.published_on(f"{utcnow():%Y-%m-%d}") == 3
+    assert daycounts.counted(upstream.account_id, "restless", day) == 3
     assert admin.call("POST", "/v1/upstreams/restless/sync").status_code == 200
     versions = admin.call("GET", "/v1/tools/restless/tool-0").json_body["versions"]
     assert [version["version"] for version in versions] == [1, 2]
-    (upstream,) = upstream_store.list_fleet()
-    assert upstream.published_on(f"{utcnow():%Y-%m-%d}") == 6
+    assert daycounts.counted(upstream.account_id, "restless", day) == 6
 
 
 def test_a_days_count_takes_versions_up_to_the_cap_and_starts_again_the_next_day(admin: Admin, restless: str) -> None:
+    from chalicelib.store import daycounts
     from chalicelib.store import upstreams as upstream_store
 
     assert _register(admin, restless, vendor="restless").status_code == 201
     (upstream,) = upstream_store.list_fleet()
     key = (upstream.account_id, upstream.vendor)
-    day = upstream.published_day
-    assert day is not None and upstream.published == 3
+    day = f"{utcnow():%Y-%m-%d}"
+    assert daycounts.counted(*key, day) == 3
     # the day's count takes what fits under the cap, exactly up to it, and nothing past it
-    assert upstream_store.count_published(*key, day, 4, 7, day_started=True)
-    assert not upstream_store.count_published(*key, day, 1, 7, day_started=True)
-    # a stale read (the day not seen as started) neither restarts the count nor passes the cap
-    assert not upstream_store.count_published(*key, day, 1, 7, day_started=False)
-    assert upstream_store.get(*key).published_on(day) == 7  # type: ignore[union-attr]
+    assert daycounts.count(*key, day, 4, 7)
+    assert not daycounts.count(*key, day, 1, 7)
+    assert daycounts.counted(*key, day) == 7
     # another day starts its own count (a count over the cap is refused whole)
-    assert not upstream_store.count_published(*key, "2999-01-01", 8, 7, day_started=False)
-    assert upstream_store.count_published(*key, "2999-01-01", 2, 7, day_started=False)
-    assert upstream_store.get(*key).published_on("2999-01-01") == 2  # type: ignore[union-attr]
+    assert not daycounts.count(*key, "2999-01-01", 8, 7)
+    assert daycounts.count(*key, "2999-01-01", 2, 7)
+    assert daycounts.counted(*key, "2999-01-01") == 2
+    assert daycounts.counted(*key, day) == 7
+    # what is given back makes room again, and never takes the count below zero
+    daycounts.give_back(*key, "2999-01-01", 2)
+    daycounts.give_back(*key, "2999-01-01", 1)
+    assert daycounts.counted(*key, "2999-01-01") == 0
+
+
+
+def test_a_vendors_imports_and_its_servers_syncs_share_the_days_cap(admin: Admin, restless: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.catalog import imports
+
+    # GIVEN a day's cap of 7, a server registered under a vendor (3 versions), and an OpenAPI
+    # document imported under the same vendor (3 more)
+    monkeypatch.setattr(imports, "MAX_VERSIONS_PER_DAY", 7)
+    assert _register(admin, restless, vendor="restless").status_code == 201
+    document = {"openapi": "3.0.3", "info": {"title": "More", "version": "1"}, "servers": [{"url": "http://127.0.0.1:9"}],
+                "paths": {f"/more{index}": {"get": {"operationId": f"more{index}", "responses": {}}} for index in range(3)}}
+    imported = admin.call("POST", "/v1/imports/openapi", {"vendor": "restless", "document": document})
+    assert imported.json_body["counts"]["published"] == 3
+    # WHEN the server is synced (3 changed tools would pass the vendor's cap)
+    refused = admin.call("POST", "/v1/upstreams/restless/sync")
+    # THEN the sync publishes nothing and says how many more the vendor's day allows
+    assert refused.status_code == 502 and "1 more today" in refused.json_body["error"]["message"]
+    versions = admin.call("GET", "/v1/tools/restless/tool-0").json_body["versions"]
+    assert [version["version"] for version in versions] == [1]

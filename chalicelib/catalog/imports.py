@@ -14,14 +14,16 @@ came from the same source before:
     tool (or Workset refuses to publish)
     a version the store refused to write   -> failed, with the reason (the others are written)
 
-The writes are batched (`tool_store.put_versions`). Search vectors cost about 15 ms a tool: a
+A vendor's tools get at most MAX_VERSIONS_PER_DAY new versions a UTC day, from its imports and
+its server's syncs together: an import or sync that would pass it writes nothing and says how many
+more the day allows (TooManyChanges). The writes are batched (`tool_store.put_versions`). Search vectors cost about 15 ms a tool: a
 small import computes them at once, a large one hands them to the work queue in batches, and
 search ranks those tools by their words until the vectors arrive.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,12 +33,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chalicelib.access import connections
 from chalicelib.base.config import settings
-from chalicelib.base.errors import Busy, InvalidInput, VendorError, WorksetError
+from chalicelib.base.errors import Busy, InvalidInput, QuotaExceeded, WorksetError
 from chalicelib.base.validation import VENDOR_PATTERN, parse
 from chalicelib.catalog.indexes import INLINE_VECTORS
 from chalicelib.net import outbound
 from chalicelib.net.outbound import HttpRequest
-from chalicelib.store import queues
+from chalicelib.store import daycounts, queues
 from chalicelib.store import tools as tool_store
 from chalicelib.store.base import ConditionFailed, WriteRefused
 from chalicelib.store.records import ToolVersion
@@ -49,6 +51,15 @@ OPENAPI, MCP = "openapi", "mcp"  # the kinds of source
 VECTORS = "vectors"  # the work queue message that computes a batch of imported tools' vectors
 VECTOR_BATCH = 16  # tools per message: at most ~3 s of embedding on a full core (long descriptions cost ~0.2 s each)
 VECTORS_OVERDUE = timedelta(minutes=15)  # a queued vector not there by then was lost: a re-import queues it again
+# New versions a vendor's tools may get in a UTC day, from its OpenAPI imports and its MCP server's
+# syncs together: past it, an import or a sync publishes nothing (and says so) until the next day.
+# A server lists at most 2,000 tools (`mcpclient.list_tools`), so this lets a registration and two
+# complete changes of the largest server through in one day; a server that changes every tool at
+# every hourly sync, or a document imported again and again, would otherwise add versions without
+# end (each up to 320 KB, stored twice). `apply` counts the new versions before it writes them,
+# where the stored count leaves room (`daycounts.count`): two imports at once cannot both pass it.
+# One cut short after counting leaves its count (the day's cap is reached sooner, never passed).
+MAX_VERSIONS_PER_DAY = 6000
 PUBLISHED, NEW_VERSION, UNCHANGED, RESTORED, SKIPPED, UNAVAILABLE, FAILED = (
     "published", "new_version", "unchanged", "restored", "skipped", "unavailable", "failed")
 
@@ -109,11 +120,14 @@ class Report:
                 "vectors_pending": self.vectors_pending, "tools": [line.to_dict() for line in self.lines]}
 
 
-class TooManyChanges(VendorError):
-    """The source brought more new versions than `apply` may write (`max_new`): none was written."""
+class TooManyChanges(QuotaExceeded):
+    """The source brought more new versions than the vendor's day has room for
+    (MAX_VERSIONS_PER_DAY): none was written."""
 
-    def __init__(self, new: int, allowed: int) -> None:
-        super().__init__(f"too many changes: {new} new versions, and {allowed} may be published; nothing was published")
+    def __init__(self, vendor: str, new: int, allowed: int) -> None:
+        super().__init__(f"too many changes: this would publish {new} new versions of {vendor}'s tools, and a "
+                         f"vendor's imports and syncs publish at most {MAX_VERSIONS_PER_DAY} a day (UTC), "
+                         f"{allowed} more today; nothing was published, and its tools stay as they are")
         self.new, self.allowed = new, allowed
 
 
@@ -138,20 +152,18 @@ def known_names(heads: dict[str, ToolVersion], kind: str) -> dict[str, str]:
 
 
 def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidate], heads: dict[str, ToolVersion],
-          *, connection: str | None, published_by: str, now: datetime, dry_run: bool, attended: bool = True,
-          max_new: int | None = None, reserve: Callable[[int], None] | None = None) -> Report:
+          *, connection: str | None, published_by: str, now: datetime, dry_run: bool,
+          attended: bool = True) -> Report:
     """Publish what changed, restore what came back, mark unavailable what left the source; with
     `dry_run`, answer the same lines and write nothing. `heads` are the vendor's tools
     (`existing`). `attended`: a person started this (an unattended sync's new tools are held to
-    `guards.UNREVIEWED`). More than `max_new` new versions (a source that grows without end) is
-    TooManyChanges, and nothing is written; so is a refusal by `reserve`, called with the number of
-    new versions before any is written (a count kept elsewhere that other imports share)."""
+    `guards.UNREVIEWED`). The new versions are counted against the vendor's day before any is
+    written: past MAX_VERSIONS_PER_DAY (a source that grows without end) is TooManyChanges, and
+    nothing is written; those the store then refused are given back."""
     checked = _ConnectionCheck(account_id, connection, vendor)
     planned = [_plan(candidate, heads.get(candidate.name), kind, connection, checked, attended)
                for candidate in candidates]
     new = sum(plan.new is not None for plan in planned)
-    if max_new is not None and new > max_new and not dry_run:
-        raise TooManyChanges(new, max_new)
     keys = {candidate.key for candidate in candidates}
     gone = [head for head in heads.values() if _from(head, kind) and head.origin["key"] not in keys  # type: ignore[index]
             and not head.unavailable]
@@ -167,9 +179,13 @@ def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidat
     stale = [head for plan in planned if plan.line.outcome in (UNCHANGED, RESTORED)
              and (head := heads[plan.line.name]).vector_version != VECTOR_VERSION
              and head.published_at < now - VECTORS_OVERDUE]
-    if reserve is not None and new:
-        reserve(new)
+    day = f"{now:%Y-%m-%d}"
+    if new and not daycounts.count(account_id, vendor, day, new, MAX_VERSIONS_PER_DAY):
+        raise TooManyChanges(vendor, new, max(MAX_VERSIONS_PER_DAY - daycounts.counted(account_id, vendor, day), 0))
     written, pending = _write(account_id, planned, stale, published_by, now)
+    unwritten = new - sum(line.outcome in (PUBLISHED, NEW_VERSION) for line in written)
+    if unwritten > 0:  # the store refused some (`failed` lines) or lost a race: a later import may publish them today
+        daycounts.give_back(account_id, vendor, day, unwritten)
     if gone:
         _mark(account_id, gone, f"no longer offered by the {_source(kind)} (as of {now:%Y-%m-%d %H:%M} UTC)")
     return Report(vendor, False, written + lines[len(planned):], vectors_pending=pending)

@@ -56,14 +56,6 @@ STDIO_REFUSAL = (
 _MCP_NAME = re.compile(r"[\x21-\x7e]{1,128}")  # what Workset passes back as the server's own tool name
 _HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 FAILURES_KEPT = 20  # failed tools named in a remembered sync
-# New versions a server's syncs may publish in a UTC day: past it, a sync publishes nothing (and
-# says so) until the next day. A server lists at most 2,000 tools (`mcpclient.list_tools`), so this
-# lets a registration and two complete changes of the largest server through in one day; a server
-# that changes every tool at every hourly sync would otherwise add 48,000 versions (each up to
-# 320 KB, stored twice) a day. A sync counts its new versions before it writes them, where the
-# stored count leaves room (`upstream_store.count_published`): two syncs at once cannot both pass
-# it. A sync cut short after counting leaves its count (the day's cap is reached sooner, never passed).
-MAX_VERSIONS_PER_DAY = 6000
 UNFINISHED = ("the hourly sync started and did not finish (the worker stopped: a list too large to publish in "
               "time, or a fault); it is tried again an hour later, or sync it now")
 
@@ -184,28 +176,14 @@ def candidates(upstream: Upstream, tools: list[Any], keep_names: dict[str, str])
 def _publish(upstream: Upstream, revision: str, tools: list[Any], published_by: str, now: datetime) -> Report:
     heads = imports.existing(upstream.account_id, upstream.vendor)
     offered = candidates(upstream, tools, imports.known_names(heads, MCP))
-    day = f"{now:%Y-%m-%d}"
-    used = upstream.published_on(day)
-    reserved: list[int] = []
-
-    def reserve(count: int) -> None:
-        """Count the versions against the day before they are written: a sync that ran at the same
-        time may have counted its own since `upstream` was read."""
-        if not upstream_store.count_published(upstream.account_id, upstream.vendor, day, count, MAX_VERSIONS_PER_DAY,
-                                              day_started=upstream.published_day == day):
-            counted = upstream_store.get(upstream.account_id, upstream.vendor)
-            raise imports.TooManyChanges(count, max(MAX_VERSIONS_PER_DAY - (counted or upstream).published_on(day), 0))
-        reserved.append(count)
-
     try:
         report = imports.apply(upstream.account_id, upstream.vendor, MCP, offered, heads,
                                connection=upstream.connection_id, published_by=published_by, now=now, dry_run=False,
-                               attended=published_by != SYNCED_BY, max_new=max(MAX_VERSIONS_PER_DAY - used, 0),
-                               reserve=reserve)
-    except imports.TooManyChanges as refused:
-        message = (f"too many changes: the server changed {refused.new} tools, and its syncs publish at most "
-                   f"{MAX_VERSIONS_PER_DAY} new versions a day (UTC), {refused.allowed} more today; nothing was "
-                   "published, and its tools stay as they are until a sync tomorrow")
+                               attended=published_by != SYNCED_BY)
+    except imports.TooManyChanges as refused:  # the vendor's day is full (`imports.MAX_VERSIONS_PER_DAY`)
+        message = (f"too many changes: the server changed {refused.new} tools, and a vendor's syncs and imports "
+                   f"publish at most {imports.MAX_VERSIONS_PER_DAY} new versions a day (UTC), {refused.allowed} "
+                   "more today; nothing was published, and its tools stay as they are until a sync tomorrow")
         upstream_store.record_sync(upstream.account_id, upstream.vendor, now, {"ok": False, "message": message},
                                    revision)
         raise VendorError(message) from None
@@ -213,10 +191,6 @@ def _publish(upstream: Upstream, revision: str, tools: list[Any], published_by: 
         upstream_store.record_sync(upstream.account_id, upstream.vendor, now, {"ok": False, "message": error.message},
                                    revision)
         raise
-    counts = report.counts()
-    unwritten = sum(reserved) - counts[imports.PUBLISHED] - counts[imports.NEW_VERSION]
-    if unwritten > 0:  # the store refused some (`failed` lines): a later sync may publish them today
-        upstream_store.uncount_published(upstream.account_id, upstream.vendor, day, unwritten)
     upstream_store.record_sync(upstream.account_id, upstream.vendor, now, _outcome(report), revision)
     return report
 

@@ -9,7 +9,8 @@ Access patterns decide the keys (every figure is DynamoDB calls per operation):
 - `tools`: one partition per account. `T#vendor#name` is the head (newest version, a copy of
   its definition, so one GetItem resolves a tool); `V#vendor#name#0000000001` are the immutable
   versions. `account_id` + begins_with("T#") lists the toolbox. `U#vendor` is a registered MCP
-  server whose tools are that vendor's. In the account's own change partition (`<account>#changes`),
+  server whose tools are that vendor's; `D#vendor#2026-12-03` counts the new versions the vendor's
+  imports and syncs published that UTC day (their daily cap). In the account's own change partition (`<account>#changes`),
   `C#0000000042` records which heads revision 42 of the toolbox changed: a warm search index reads
   the records since the revision it holds (one Query of a small partition) instead of the whole
   toolbox; the table's TTL drops them after CHANGE_RETENTION. In the account's memory partition
@@ -70,6 +71,7 @@ GRANT_PREFIX = "G#"
 SHARDS = 4  # partitions of each index the sweep reads: a sweep with nothing due makes 3 x SHARDS queries
 VERSION_PREFIX = "V#"
 UPSTREAM_PREFIX = "U#"
+DAY_COUNT_PREFIX = "D#"
 CHANGE_PREFIX = "C#"
 MEMORY_PREFIX = "M#"
 SEARCHES_SK = "S#"
@@ -467,10 +469,22 @@ class UpstreamItem(Model):
     revision = UnicodeAttribute(null=True)  # the MCP revision it spoke at the last sync
     synced_at = UTCDateTimeAttribute(null=True)
     sync = JSONAttribute(null=True)  # the last sync's outcome: {"ok", "message"?, "counts"}
-    published_day = UnicodeAttribute(null=True)  # the UTC day `published` counts (a sync's daily cap)
-    published = NumberAttribute(null=True)  # versions its syncs published that day
     upstream_shard = UnicodeAttribute()
     by_shard = UpstreamsByShard()
+
+
+class DayCountItem(Model):
+    """The new versions a vendor's tools got on one UTC day (its OpenAPI imports and its MCP
+    server's syncs together), in the account's toolbox partition under `D#<vendor>#<day>`: the
+    daily cap's count, added to before the versions are written. TTL drops it once the day is
+    over (its key names the day, so a count never needs to start again)."""
+
+    Meta = _meta("tools")
+    account_id = UnicodeAttribute(hash_key=True)
+    sk = UnicodeAttribute(range_key=True)
+    kind = UnicodeAttribute(default="day_count")
+    published = NumberAttribute(default=0)
+    ttl = TTLAttribute(null=True)
 
 
 class ToolChangeItem(Model):
@@ -707,6 +721,11 @@ def head_sk(vendor: str, name: str) -> str:
 def upstream_sk(vendor: str) -> str:
     """Range key of a registered MCP server."""
     return f"{UPSTREAM_PREFIX}{vendor}"
+
+
+def day_count_sk(vendor: str, day: str) -> str:
+    """Range key of a vendor's count of new versions on `day` (UTC, YYYY-MM-DD)."""
+    return f"{DAY_COUNT_PREFIX}{vendor}#{day}"
 
 
 def change_partition(account_id: str) -> str:

@@ -249,12 +249,6 @@ class Upstream:
     revision: str | None = None
     synced_at: datetime | None = None
     sync: dict[str, Any] | None = None
-    published_day: str | None = None  # the UTC day (YYYY-MM-DD) `published` counts
-    published: int = 0  # versions its syncs published that day
-
-    def published_on(self, day: str) -> int:
-        """Versions its syncs published on `day` (UTC, YYYY-MM-DD)."""
-        return self.published if self.published_day == day else 0
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from pynamodb.exceptions import DoesNotExist
 
-from chalicelib.store.base import key_ok, page, update_if, update_once_if
+from chalicelib.store.base import key_ok, page, update_if
 from chalicelib.store.models import SHARDS, UPSTREAM_PREFIX, UpstreamItem, shard, upstream_sk
 from chalicelib.store.records import Page, Upstream
 
@@ -55,33 +55,7 @@ def record_sync(account_id: str, vendor: str, now: datetime, outcome: dict[str, 
     update_if(UpstreamItem(account_id=account_id, sk=upstream_sk(vendor)), actions, UpstreamItem.sk.exists())
 
 
-def count_published(account_id: str, vendor: str, day: str, count: int, cap: int, *, day_started: bool) -> bool:
-    """Count `count` new versions against what the server's syncs publish on `day` (UTC), before
-    they are written: False, and nothing counted, when that would pass `cap`. The count is added
-    only where the stored one leaves room, so two syncs at once cannot both pass the cap on the
-    same count read. One call when `day_started` (whether the record read counts `day` already) is
-    right; each step is idempotent (`update_once_if`), so a lost answer never counts twice."""
-    if count > cap:
-        return False
-    item = UpstreamItem(account_id=account_id, sk=upstream_sk(vendor))
-    exists = UpstreamItem.sk.exists()
-    same_day = exists & (UpstreamItem.published_day == day) & (UpstreamItem.published <= cap - count)
-    new_day = exists & (UpstreamItem.published_day.does_not_exist() | (UpstreamItem.published_day != day))
-    add: list[Any] = [UpstreamItem.published.add(count)]
-    start: list[Any] = [UpstreamItem.published_day.set(day), UpstreamItem.published.set(count)]
-    # a day the record counts already never restarts; a day it did not may have been started meanwhile
-    steps = [(add, same_day)] if day_started else [(start, new_day), (add, same_day)]
-    return any(update_once_if(item, actions, condition) for actions, condition in steps)
-
-
-def uncount_published(account_id: str, vendor: str, day: str, count: int) -> None:
-    """Give back `count` of `day`'s counted versions that were not written after all (the store
-    refused them); nothing when the record counts another day by now."""
-    update_once_if(UpstreamItem(account_id=account_id, sk=upstream_sk(vendor)),
-                   [UpstreamItem.published.add(-count)], UpstreamItem.published_day == day)
-
-
 def _record(item: UpstreamItem) -> Upstream:
     return Upstream(account_id=item.account_id, vendor=item.vendor, url=item.url, created_at=item.created_at,
                     connection_id=item.connection_id, revision=item.revision, synced_at=item.synced_at,
-                    sync=item.sync, published_day=item.published_day, published=int(item.published or 0))
+                    sync=item.sync)

@@ -1,0 +1,137 @@
+"""The daily cap on a vendor's new versions (`imports.MAX_VERSIONS_PER_DAY`) holds for OpenAPI
+imports as for MCP server syncs: a document imported again and again, each time with every
+operation changed, stops publishing at the cap, changes nothing, and says how many more the day
+allows; the count is the vendor's, in its account, and starts again the next UTC day."""
+
+from __future__ import annotations
+
+import html
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from chalicelib.base.clock import utcnow
+from chalicelib.catalog import imports
+from tests.conftest import Admin, Console
+
+CAP = 7  # three imports of three changed operations: 3, 6, then 9 would pass it
+CHECKED = re.compile(r'name="checked" value="([0-9a-f]{64})"')
+
+
+@pytest.fixture(autouse=True)
+def small_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(imports, "MAX_VERSIONS_PER_DAY", CAP)
+
+
+def _document(revision: int, *, operations: int = 3, drop: int | None = None) -> dict[str, Any]:
+    """A document whose every operation's summary names `revision`: each revision is a new
+    version of every tool (a hostile or careless source re-published in a loop)."""
+    paths = {f"/items{index}": {"get": {"operationId": f"item{index}", "summary": f"Item {index}, revision {revision}",
+                                        "responses": {"200": {"description": "ok"}}}}
+             for index in range(operations) if index != drop}
+    return {"openapi": "3.0.3", "info": {"title": "Items", "version": str(revision)},
+            "servers": [{"url": "http://127.0.0.1:9"}], "paths": paths}
+
+
+def _import(admin: Admin, revision: int, vendor: str = "items", **options: Any) -> Any:
+    return admin.call("POST", "/v1/imports/openapi", {"vendor": vendor, "document": _document(revision, **options)})
+
+
+def _toolbox(admin: Admin) -> list[tuple[str, str, int, bool]]:
+    """Every tool of the account with its newest version and whether it can be called."""
+    found = []
+    for tool in admin.call("GET", "/v1/tools").json_body["items"]:
+        detail = admin.call("GET", f"/v1/tools/{tool['vendor']}/{tool['name']}").json_body
+        found.append((tool["vendor"], tool["name"], len(detail["versions"]), "unavailable" not in tool))
+    return sorted(found)
+
+
+def test_a_reimport_past_the_days_cap_is_refused_and_leaves_the_toolbox_as_it_was(admin: Admin) -> None:
+    # GIVEN a document imported, then imported again with every operation changed (6 of 7 versions)
+    assert _import(admin, 1).status_code == 200
+    assert _import(admin, 2).json_body["counts"]["new_version"] == 3
+    before = _toolbox(admin)
+    # WHEN it is imported a third time, changed again and with one operation dropped
+    refused = _import(admin, 3, drop=1)
+    # THEN it is refused as over the day's quota, saying how many more versions the day allows
+    assert refused.status_code == 429, refused.body
+    error = refused.json_body["error"]
+    assert error["code"] == "quota_exceeded" and error["message"].startswith("too many changes")
+    assert f"at most {CAP} a day (UTC), 1 more today" in error["message"]
+    assert "nothing was published" in error["message"]
+    # AND nothing changed: no new version, and the dropped operation's tool is not withdrawn
+    assert _toolbox(admin) == before
+    assert all(versions == 2 and available for _, _, versions, available in before)
+    # AND an import that brings no new version still runs (the cap counts versions, not imports)
+    unchanged = _import(admin, 2)
+    assert unchanged.status_code == 200 and unchanged.json_body["counts"]["unchanged"] == 3
+
+
+def test_a_dry_run_past_the_cap_answers_and_takes_nothing_from_the_day(admin: Admin) -> None:
+    # GIVEN two imports (6 of 7 versions)
+    _import(admin, 1)
+    _import(admin, 2)
+    # WHEN the next revision is checked as a dry run, twice
+    for _ in range(2):
+        checked = admin.call("POST", "/v1/imports/openapi", {"vendor": "items", "document": _document(3),
+                                                             "dry_run": True})
+        # THEN it answers what publishing would do, and writes nothing
+        assert checked.status_code == 200 and checked.json_body["counts"]["new_version"] == 3
+    # AND the day still has room for exactly one more version
+    one = _import(admin, 3, operations=1)
+    assert one.status_code == 200 and one.json_body["counts"]["new_version"] == 1
+    assert _import(admin, 4, operations=1).status_code == 429
+
+
+def test_the_cap_is_per_vendor_and_per_account(admin: Admin, other_admin: Admin) -> None:
+    # GIVEN a vendor whose day is all but full (6 of 7)
+    _import(admin, 1)
+    _import(admin, 2)
+    assert _import(admin, 3).status_code == 429
+    # WHEN another vendor of the account, and the same vendor in another account, import as much
+    other_vendor = [_import(admin, revision, vendor="gadgets").status_code for revision in (1, 2)]
+    other_account = [_import(other_admin, revision).status_code for revision in (1, 2)]
+    # THEN each has its own day's count
+    assert other_vendor == [200, 200] and other_account == [200, 200]
+    assert _import(admin, 3, vendor="gadgets").status_code == 429
+    assert _import(other_admin, 3).status_code == 429
+    assert {versions for vendor, _, versions, _ in _toolbox(other_admin) if vendor == "items"} == {2}
+
+
+def test_the_next_utc_day_allows_again(admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a vendor whose day is full
+    _import(admin, 1)
+    _import(admin, 2)
+    assert _import(admin, 3).status_code == 429
+    # WHEN the clock passes into the next UTC day
+    tomorrow = utcnow() + timedelta(days=1)
+    monkeypatch.setattr("chalicelib.api.imports.utcnow", lambda: tomorrow)
+    answer = _import(admin, 3)
+    # THEN the import publishes, and the new day has its own cap
+    assert answer.status_code == 200 and answer.json_body["counts"]["new_version"] == 3
+    assert _import(admin, 4).status_code == 200
+    assert _import(admin, 5).status_code == 429
+
+
+def test_publishing_past_the_cap_in_the_console_says_why_and_stores_nothing(console: Console, admin: Admin) -> None:
+    # GIVEN a vendor whose day is all but full
+    _import(admin, 1)
+    _import(admin, 2)
+    before = _toolbox(admin)
+    document = ("openapi: 3.0.3\ninfo: {title: Items, version: '3'}\nservers: [{url: 'http://127.0.0.1:9'}]\npaths:\n"
+                + "".join(f"  /items{index}:\n    get: {{operationId: item{index}, summary: 'Item {index}, revision 3',"
+                          " responses: {'200': {description: ok}}}\n" for index in range(3)))
+    fields = {"vendor": "items", "document": document}
+    # WHEN a person checks the next revision, then presses Publish
+    checked = console.post("/console/import", {**fields, "step": "check"})
+    assert checked.status_code == 200
+    digest = CHECKED.search(checked.body.decode()).group(1)  # type: ignore[union-attr]
+    answer = console.post("/console/import", {**fields, "step": "publish", "checked": digest})
+    # THEN the form comes back with the reason and how many more the day allows
+    assert answer.status_code == 429
+    alert = re.search(r'<p class="notice error" role="alert">(.*?)</p>', answer.body.decode(), re.DOTALL)
+    assert alert is not None and "1 more today" in html.unescape(alert.group(1))
+    # AND nothing changed
+    assert _toolbox(admin) == before
