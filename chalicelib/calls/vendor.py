@@ -41,6 +41,7 @@ class Request:
     arguments: dict[str, Any] = field(default_factory=dict, repr=False)  # what an upstream tool is called with
     account_id: str = ""  # whose call: an MCP server's session is never shared between accounts
     shown_body: Any = field(default=None, repr=False)  # what a preview shows of a body that is not text
+    shown_url: str | None = field(default=None, repr=False)  # what a preview shows of an HTTP tool's URL
 
 
 def check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
@@ -94,7 +95,8 @@ def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None =
     template = tool.spec.request
     assert template is not None
     used = template.placeholders()
-    url = template.fill({name: quote(_scalar(arguments[name]), safe="") for name in used})
+    filled = {name: quote(_scalar(arguments[name]), safe="") for name in used}
+    url = template.fill(filled)
     headers = dict(template.headers)
     query: list[tuple[str, str]] = []
     for param in template.params:
@@ -125,10 +127,16 @@ def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None =
     elif content is not None:
         body = jsontext.dumps(content).encode()
         headers["Content-Type"] = "application/json"
-    url = _with_query(url, query + [(key, _scalar(value)) for key, value in rest.items()])
+    query += [(key, _scalar(value)) for key, value in rest.items()]
+    url = _with_query(url, query)
     headers.setdefault("Accept", "application/json")
     request = _with_credential(HttpRequest(method=template.method, url=url, headers=headers, body=body), credential)
-    return replace(request, shown_body=shown_body) if shown_body is not None else request
+    # the same URL from the template with its own query values hidden: the input's values are shown
+    shown_url = _with_query(urls.PLACEHOLDER.sub(lambda match: filled[match.group(1)], urls.redacted(template.url)),
+                            query)
+    if credential is not None:
+        shown_url = credential.apply(shown_url, {})[0]  # where the credential goes (`preview` redacts its value)
+    return replace(request, shown_body=shown_body, shown_url=shown_url)
 
 
 def _upstream_request(call: UpstreamCall, arguments: dict[str, Any], credential: Credential | None) -> Request:
@@ -149,14 +157,15 @@ def _with_credential(http: HttpRequest, credential: Credential | None) -> Reques
 
 def preview(request: Request) -> Outcome:
     """What would be sent, with the credential's values replaced by a marker wherever they appear;
-    of an MCP server's URL only its origin and its query's names (a key may be in its path or query)."""
+    of an MCP server's URL only its origin and its query's names (a key may be in its path or query);
+    of an HTTP tool's URL, the values its URL template sets hidden (`?api_key=…&q=cats`)."""
     http = request.http
     body = None
     if request.shown_body is not None:
         body = request.shown_body
     elif http.body:
         body = http.body.decode() if http.headers.get("Content-Type") == FORM else json.loads(http.body)
-    url = urls.redacted(http.url, path=True) if request.upstream is not None else http.url
+    url = urls.redacted(http.url, path=True) if request.upstream is not None else request.shown_url or http.url
     shown = {"method": http.method, "url": url, "headers": dict(http.headers), "body": body}
     return Outcome(structured={"preview": redact(shown, request.secrets)})
 

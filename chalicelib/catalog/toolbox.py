@@ -124,10 +124,11 @@ def shape_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[
 
 
 def shown_shape(shape: dict[str, Any] | None) -> dict[str, Any]:
-    """A request shape as a person is shown it: an MCP server's query with its values hidden
-    (`urls.redacted_query`), as a key registered in the server's URL may be one of them. The
-    stored shape keeps them, so that a changed key still asks a person again."""
-    if not shape or "tool" not in shape or not isinstance(shape.get("query"), str):
+    """A request shape as a person is shown it: its query's values hidden (`urls.redacted_query`),
+    its names and an HTTP tool's `{field}` placeholders kept, as a key may be one of the values (an
+    MCP server's `?api_key=`, a tool's `?api_key=abc123&q={query}`). The stored shape keeps them,
+    so that a changed key still asks a person again."""
+    if not shape or not isinstance(shape.get("query"), str):
         return shape or {}
     return {**shape, "query": urls.redacted_query(shape["query"])}
 

@@ -20,6 +20,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 MAX_CHARS = 2000
 HIDDEN = "…"  # what is shown in place of a part of a URL that may hold a key
+# a tool's URL template's `{field}`, filled from the call's input (`parse(..., template=True)`)
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]{0,63})\}")
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 _LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
@@ -102,8 +104,23 @@ def redacted(url: str, *, path: bool = False) -> str:
 
 
 def redacted_query(query: str) -> str:
-    """A URL's query with each value replaced by `…` (`api_key=…`), its names kept."""
-    return "&".join(f"{pair.partition('=')[0]}={HIDDEN}" if "=" in pair else HIDDEN for pair in query.split("&") if pair)
+    """A URL's query with each value replaced by `…` (`api_key=…`), its names kept; in a tool's
+    URL template, the `{field}` placeholders are kept where they stand (`q={query}`,
+    `filter=…{kind}`): the call's input fills them, so a person sees what goes where, and no
+    value the definition itself sends."""
+    shown = []
+    for pair in query.split("&"):
+        if pair:
+            name, equals, value = pair.partition("=")
+            shown.append(f"{name}={_placeholders_only(value)}" if equals else _placeholders_only(pair))
+    return "&".join(shown)
+
+
+def _placeholders_only(text: str) -> str:
+    """`text` with every run of characters outside a `{field}` placeholder replaced by `…` (an
+    empty text too: a person is not told a value is empty)."""
+    parts = PLACEHOLDER.split(text)  # literal, field, literal, ..., literal
+    return "".join(f"{{{part}}}" if index % 2 else HIDDEN if part else "" for index, part in enumerate(parts)) or HIDDEN
 
 
 def _split(rest: str) -> tuple[str, str, str]:

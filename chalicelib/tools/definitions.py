@@ -35,7 +35,7 @@ def stored_size(value: Any) -> int:
     """Bytes of `value` as the store writes it (pynamodb's JSONAttribute: `json.dumps`)."""
     return len(json.dumps(value))
 
-PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]{0,63})\}")
+PLACEHOLDER = urls.PLACEHOLDER  # `{field}` in a request's URL
 STRAY_BRACE = re.compile(r"[{}]")
 URL_SAFE = "/:@!$&'()*+,;=-._~%{}?"  # characters a URL's path and query keep as they are
 
