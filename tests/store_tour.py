@@ -337,7 +337,8 @@ def exercise_store() -> set[str]:
     assert run(connections.take_authorization, "acct", "cn1", state_hash="h", session_hash="s", now=now) is True
     assert connections.take_authorization("acct", "cn1", state_hash="h", session_hash="s", now=now) is False
     tokens = run(vault.encrypt, "{}", account_id="acct", connection_id="cn1", purpose="tokens")
-    assert run(connections.connect, "acct", "cn1", token_ciphertext=tokens, expires_at=now, now=now) is True
+    assert run(connections.connect, "acct", "cn1", token_ciphertext=tokens, expires_at=now, issued_at=now,
+               now=now) is True
     read = connections.get("acct", "cn1").token_version
     # One call at a time holds the refresh lease; a lapsed one is taken over.
     assert run(connections.take_refresh, "acct", "cn1", read_version=read, owner="o1", now=now,
@@ -345,9 +346,10 @@ def exercise_store() -> set[str]:
     assert connections.take_refresh("acct", "cn1", read_version=read, owner="o2", now=now, until=now) is False
     assert run(connections.release_refresh, "acct", "cn1", owner="o1") is True
     assert connections.release_refresh("acct", "cn1", owner="o1") is False
-    assert run(connections.save_tokens, "acct", "cn1", token_ciphertext=tokens, expires_at=None,
+    assert run(connections.save_tokens, "acct", "cn1", token_ciphertext=tokens, expires_at=None, issued_at=None,
                read_version=read) is True
-    assert connections.save_tokens("acct", "cn1", token_ciphertext=tokens, expires_at=None, read_version=read) is False
+    assert connections.save_tokens("acct", "cn1", token_ciphertext=tokens, expires_at=None, issued_at=None,
+                                   read_version=read) is False
     assert run(connections.mark_needs_reconnect, "acct", "cn1", reason="r", read_version=read + 1) is True
     assert run(connections.recent_calls, "acct", "cn1", limit=20).items == []
 

@@ -1,6 +1,7 @@
 """What a call carries from its connection: the static credential (decrypted per call), or an
 OAuth token: a client-credentials token fetched and kept in the warm instance until shortly
-before it expires; an authorization-code token refreshed when it expired or the vendor answered
+before it expires (`vendor_tokens.fresh`: a minute, or a quarter of a short-lived token's life);
+an authorization-code token refreshed as shortly before it expires, or when the vendor answered
 401, by one call at a time (`token_refresh`, which draws the guard). And the console's Connect,
 which first obtains an authorization-code connection's tokens (state and PKCE S256).
 
@@ -41,7 +42,6 @@ from chalicelib.store.records import REVOKED, Connection
 
 CALLBACK_PATH = "/console/connections/callback"
 STATE_TTL = timedelta(minutes=10)  # from Connect to the vendor's callback
-EARLY = timedelta(seconds=60)  # a token this close to its expiry counts as expired
 REDACTED_TOKEN = "Bearer [redacted]"
 _CACHE_SIZE = 1000  # client-credentials tokens one warm instance keeps
 
@@ -61,7 +61,7 @@ def credential(account_id: str, connection_id: str, url: str, *, timeout: float 
     if connection.auth_type == CLIENT_CREDENTIALS:
         return _client_token(connection, timeout)
     if connection.auth_type == AUTHORIZATION_CODE:
-        if connection.token_expires_at is None or connection.token_expires_at - EARLY > utcnow():
+        if vendor_tokens.fresh(connection.token_expires_at, connection.token_issued_at, utcnow()):
             return bearer_token(token_refresh.stored_tokens(connection).access_token)
         return token_refresh.refresh(connection, timeout)
     found = static_credential(connection.auth_type, connection.header_name, connection.query_name,
@@ -135,7 +135,7 @@ def complete_authorization(account_id: str, session: str, state: str, *, code: s
         raise InvalidInput(f"the authorization could not be completed: {_reason(failed)}; nothing was changed") \
             from None
     connection_store.connect(account_id, connection_id, token_ciphertext=token_refresh.seal(connection, tokens),
-                             expires_at=tokens.expires_at, now=now)
+                             expires_at=tokens.expires_at, issued_at=tokens.issued_at, now=now)
     return connections.get(account_id, connection_id)
 
 
@@ -154,7 +154,7 @@ def _client_token(connection: Connection, timeout: float) -> Credential:
     key = _cache_key(connection)
     with _lock:
         cached = _cache.get(key)
-    if cached is not None and cached.expires_at is not None and cached.expires_at - EARLY > utcnow():
+    if cached is not None and cached.expires_at is not None and cached.fresh(utcnow()):
         return bearer_token(cached.access_token)
     assert connection.oauth is not None
     now = utcnow()
@@ -166,7 +166,8 @@ def _client_token(connection: Connection, timeout: float) -> Credential:
                                                   reason=refused.reason, revision=connection.revision)
             raise connections.needs_reconnect(connection.connection_id, refused.reason) from None
         raise
-    kept = tokens if tokens.expires_at else Tokens(tokens.access_token, None, now + vendor_tokens.DEFAULT_LIFETIME)
+    kept = tokens if tokens.expires_at else Tokens(tokens.access_token, None, now + vendor_tokens.DEFAULT_LIFETIME,
+                                                   issued_at=now)
     with _lock:
         _cache[key] = kept
         _cache.move_to_end(key)

@@ -89,7 +89,8 @@ def stored_tokens(connection: Connection) -> Tokens:
     if not connection.token_ciphertext:
         raise connections.needs_reconnect(connection.connection_id, "no person has connected it yet")
     held = json.loads(connections.decrypt(connection, connection.token_ciphertext, purpose="tokens"))
-    return Tokens(held["access_token"], held.get("refresh_token"), connection.token_expires_at)
+    return Tokens(held["access_token"], held.get("refresh_token"), connection.token_expires_at,
+                  connection.token_issued_at)
 
 
 def seal(connection: Connection, tokens: Tokens) -> bytes:
@@ -122,7 +123,8 @@ def _as_holder(seen: Connection, owner: str, deadline: float) -> Credential:
         _release(seen, owner)  # KMS failing, a refused destination: nothing said about the grant
         raise
     if connection_store.save_tokens(account_id, connection_id, token_ciphertext=seal(seen, fresh),
-                                    expires_at=fresh.expires_at, read_version=seen.token_version):
+                                    expires_at=fresh.expires_at, issued_at=fresh.issued_at,
+                                    read_version=seen.token_version):
         return bearer_token(fresh.access_token)
     return _now_stored(seen)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote_plus, urlencode, urlsplit
@@ -27,6 +27,12 @@ TOKEN_MAX_BYTES = 64 * 1024  # a token answer is a few hundred bytes; more is no
 TOKEN_MAX_CHARS = 8192
 DEFAULT_LIFETIME = timedelta(minutes=5)  # an answer without expires_in, for a token we must cache
 MAX_LIFETIME = timedelta(days=1)  # an answer claiming longer is held to this (then fetched again)
+# A token this close to its expiry counts as expired (the clocks of Workset and the vendor may
+# differ, and a request takes time to arrive): EARLY, or a quarter of its lifetime for a token
+# that lives less than four minutes. A flat minute would make every call of a vendor whose tokens
+# live a minute or less fetch (or refresh, and store) a new one: a token storm at the vendor.
+EARLY = timedelta(seconds=60)
+EARLY_SHARE = 0.25
 # OAuth error codes that say the client's credentials or grant are no longer taken (5.2)
 REJECTIONS = frozenset({"invalid_client", "unauthorized_client", "invalid_grant", "invalid_scope",
                         "unsupported_grant_type"})
@@ -59,6 +65,24 @@ class Tokens:
     access_token: str = field(repr=False)
     refresh_token: str | None = field(default=None, repr=False)
     expires_at: datetime | None = None
+    issued_at: datetime | None = None  # when it was asked for: its lifetime runs from then to `expires_at`
+
+    def fresh(self, now: datetime) -> bool:
+        """The access token may still be sent at `now` (`fresh`)."""
+        return fresh(self.expires_at, self.issued_at, now)
+
+
+def fresh(expires_at: datetime | None, issued_at: datetime | None, now: datetime) -> bool:
+    """A token expiring at `expires_at` may still be sent at `now`: until EARLY before it expires,
+    or EARLY_SHARE of its lifetime when that is less (a 30 s token is sent for 22.5 s, a one-hour
+    token until its last minute). When it was issued is not known (stored before Workset kept it),
+    EARLY; a token whose answer gave no expiry is sent until the vendor refuses it."""
+    if expires_at is None:
+        return True
+    margin = EARLY
+    if issued_at is not None:
+        margin = min(EARLY, max(expires_at - issued_at, timedelta(0)) * EARLY_SHARE)
+    return expires_at - margin > now
 
 
 def client_credentials(oauth: dict[str, str], client_secret: str, *, timeout: float, now: datetime) -> Tokens:
@@ -80,7 +104,7 @@ def refresh(oauth: dict[str, str], client_secret: str, refresh_token: str, *, ti
     """New tokens for a refresh token (6); the old refresh token is kept when no new one comes."""
     tokens = _ask(oauth, client_secret, {"grant_type": "refresh_token", "refresh_token": refresh_token},
                   timeout=timeout, now=now)
-    return tokens if tokens.refresh_token else Tokens(tokens.access_token, refresh_token, tokens.expires_at)
+    return tokens if tokens.refresh_token else replace(tokens, refresh_token=refresh_token)
 
 
 def _ask(oauth: dict[str, str], client_secret: str, form: dict[str, str], *, timeout: float,
@@ -123,7 +147,8 @@ def _tokens(response: outbound.HttpResponse, host: str, now: datetime) -> Tokens
     if not isinstance(kind, str) or kind.lower() != "bearer":
         raise TokenRefused(f"{where} answered a token that is not a bearer token")
     refresh_token = payload.get("refresh_token")
-    return Tokens(access, refresh_token if _token(refresh_token) else None, _expiry(payload.get("expires_in"), now))
+    return Tokens(access, refresh_token if _token(refresh_token) else None, _expiry(payload.get("expires_in"), now),
+                  issued_at=now)
 
 
 def _json(body: bytes) -> Any:

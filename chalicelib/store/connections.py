@@ -66,7 +66,8 @@ def revoke(account_id: str, connection_id: str, now: datetime) -> bool:
         ConnectionItem(account_id=account_id, connection_id=connection_id),
         [ConnectionItem.status.set(REVOKED), ConnectionItem.revoked_at.set(now),
          ConnectionItem.token_ciphertext.remove(), ConnectionItem.token_expires_at.remove(),
-         ConnectionItem.token_version.add(1), ConnectionItem.auth_state.remove(), *_NO_LEASE],
+         ConnectionItem.token_issued_at.remove(), ConnectionItem.token_version.add(1), ConnectionItem.auth_state.remove(),
+         *_NO_LEASE],
         ConnectionItem.connection_id.exists() & (ConnectionItem.status != REVOKED),
     )
 
@@ -80,7 +81,7 @@ def replace_secret(account_id: str, connection_id: str, *, auth_type: str, ciphe
         ConnectionItem.ciphertext.set(ciphertext), ConnectionItem.status.set(status),
         ConnectionItem.revision.add(1), ConnectionItem.token_version.add(1),
         ConnectionItem.token_ciphertext.remove(), ConnectionItem.token_expires_at.remove(),
-        ConnectionItem.revoked_at.remove(), ConnectionItem.status_reason.remove(), ConnectionItem.auth_state.remove(),
+        ConnectionItem.token_issued_at.remove(), ConnectionItem.revoked_at.remove(), ConnectionItem.status_reason.remove(), ConnectionItem.auth_state.remove(),
         *_NO_LEASE,
     ]
     actions.append(ConnectionItem.oauth.set(oauth) if oauth is not None else ConnectionItem.oauth.remove())
@@ -115,14 +116,13 @@ def take_authorization(account_id: str, connection_id: str, *, state_hash: str, 
 
 
 def connect(account_id: str, connection_id: str, *, token_ciphertext: bytes, expires_at: datetime | None,
-            now: datetime) -> bool:
+            issued_at: datetime | None, now: datetime) -> bool:
     """Store the tokens a person's authorization gave: the connection is active, whatever it was
     (a reconnect in place), and its token version moves on so a refresh of older tokens loses."""
     actions: list[Any] = [
         ConnectionItem.token_ciphertext.set(token_ciphertext), ConnectionItem.token_version.add(1),
         ConnectionItem.status.set(ACTIVE), ConnectionItem.status_reason.remove(), ConnectionItem.revoked_at.remove(),
-        ConnectionItem.connected_at.set(now), *_NO_LEASE,
-        ConnectionItem.token_expires_at.set(expires_at) if expires_at else ConnectionItem.token_expires_at.remove(),
+        ConnectionItem.connected_at.set(now), *_NO_LEASE, *_expiry(expires_at, issued_at),
     ]
     return update_if(ConnectionItem(account_id=account_id, connection_id=connection_id), actions,
                      ConnectionItem.connection_id.exists())
@@ -147,15 +147,14 @@ def release_refresh(account_id: str, connection_id: str, *, owner: str) -> bool:
 
 
 def save_tokens(account_id: str, connection_id: str, *, token_ciphertext: bytes, expires_at: datetime | None,
-                read_version: int) -> bool:
+                issued_at: datetime | None, read_version: int) -> bool:
     """Store refreshed tokens over the version they were refreshed from: the connection is active
     and the lease free. Over `needs_reconnect` too: at the same version that mark can only be a
     rotation race (the vendor took this refresh token, so the grant stands). False when a
     revocation, a new secret or a person's connect (each moves the version on) came first."""
     actions: list[Any] = [
         ConnectionItem.token_ciphertext.set(token_ciphertext), ConnectionItem.token_version.set(read_version + 1),
-        ConnectionItem.token_expires_at.set(expires_at) if expires_at else ConnectionItem.token_expires_at.remove(),
-        ConnectionItem.status.set(ACTIVE), ConnectionItem.status_reason.remove(), *_NO_LEASE,
+        *_expiry(expires_at, issued_at), ConnectionItem.status.set(ACTIVE), ConnectionItem.status_reason.remove(), *_NO_LEASE,
     ]
     return update_if(ConnectionItem(account_id=account_id, connection_id=connection_id), actions,
                      _at_version(read_version) & ConnectionItem.status.is_in(ACTIVE, NEEDS_RECONNECT))
@@ -193,6 +192,12 @@ def _at_revision(revision: int) -> Any:
     return condition | ConnectionItem.revision.does_not_exist() if revision == 0 else condition
 
 
+def _expiry(expires_at: datetime | None, issued_at: datetime | None) -> list[Any]:
+    """Set (or remove, when unknown) when the stored access token expires and when it was issued."""
+    return [ConnectionItem.token_expires_at.set(expires_at) if expires_at else ConnectionItem.token_expires_at.remove(),
+            ConnectionItem.token_issued_at.set(issued_at) if issued_at else ConnectionItem.token_issued_at.remove()]
+
+
 def _call(item: RunItem) -> Call:
     return Call(run_id=item.run_id, agent_id=item.agent_id, vendor=item.vendor, name=item.name,
                 version=int(item.version), status=item.status, error_code=item.error_code,
@@ -206,6 +211,7 @@ def _record(item: ConnectionItem) -> Connection:
         status=item.status, created_at=item.created_at, revoked_at=item.revoked_at,
         ciphertext=bytes(item.ciphertext), query_name=item.query_name or "", oauth=item.oauth,
         revision=int(item.revision or 0), token_ciphertext=bytes(item.token_ciphertext or b""),
-        token_expires_at=item.token_expires_at, token_version=int(item.token_version or 0),
+        token_expires_at=item.token_expires_at, token_issued_at=item.token_issued_at,
+        token_version=int(item.token_version or 0),
         status_reason=item.status_reason, connected_at=item.connected_at, refresh_until=item.refresh_until,
     )

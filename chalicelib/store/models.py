@@ -675,6 +675,7 @@ class ConnectionItem(Model):
     revision = NumberAttribute(null=True)
     token_ciphertext = BinaryAttribute(null=True, legacy_encoding=False)
     token_expires_at = UTCDateTimeAttribute(null=True)
+    token_issued_at = UTCDateTimeAttribute(null=True)  # when the access token was asked for (its lifetime)
     token_version = NumberAttribute(null=True)
     auth_state = UnicodeAttribute(null=True)  # SHA-256 of the pending authorization's state
     auth_session = UnicodeAttribute(null=True)  # SHA-256 of the console session that started it

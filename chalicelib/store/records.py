@@ -336,6 +336,7 @@ class Connection:
     revision: int = 0  # moves on whenever the secret is replaced (a cached token of an older one is stale)
     token_ciphertext: bytes = field(default=b"", repr=False)  # authorization code: access + refresh token
     token_expires_at: datetime | None = None
+    token_issued_at: datetime | None = None  # when the access token was asked for: its lifetime is from then
     token_version: int = 0  # moves on with every token change; a refresh writes only over the version it read
     status_reason: str | None = None  # why it needs a reconnect (Workset's words, never the vendor's)
     connected_at: datetime | None = None
