@@ -16,7 +16,9 @@ came from the same source before:
 
 A vendor's tools get at most MAX_VERSIONS_PER_DAY new versions a UTC day, from its imports and
 its server's syncs together: an import or sync that would pass it writes nothing and says how many
-more the day allows (TooManyChanges). The writes are batched (`tool_store.put_versions`). Search vectors cost about 15 ms a tool: a
+more the day allows (TooManyChanges).
+
+The writes are batched (`tool_store.put_versions`). Search vectors cost about 15 ms a tool: a
 small import computes them at once, a large one hands them to the work queue in batches, and
 search ranks those tools by their words until the vectors arrive.
 """
@@ -184,7 +186,7 @@ def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidat
         raise TooManyChanges(vendor, new, max(MAX_VERSIONS_PER_DAY - daycounts.counted(account_id, vendor, day), 0))
     written, pending = _write(account_id, planned, stale, published_by, now)
     unwritten = new - sum(line.outcome in (PUBLISHED, NEW_VERSION) for line in written)
-    if unwritten > 0:  # the store refused some (`failed` lines) or lost a race: a later import may publish them today
+    if unwritten > 0:  # refused by the store (`failed`) or lost to a concurrent publish: not counted
         daycounts.give_back(account_id, vendor, day, unwritten)
     if gone:
         _mark(account_id, gone, f"no longer offered by the {_source(kind)} (as of {now:%Y-%m-%d %H:%M} UTC)")

@@ -29,7 +29,7 @@ def count(account_id: str, vendor: str, day: str, new: int, cap: int) -> bool:
 
 def give_back(account_id: str, vendor: str, day: str, unwritten: int) -> None:
     """Give back `unwritten` of `day`'s counted versions that were not written after all (the
-    store refused them)."""
+    store refused them, or another publish of the same tool came first); never below zero."""
     update_once_if(DayCountItem(account_id=account_id, sk=day_count_sk(vendor, day)),
                    [DayCountItem.published.add(-unwritten)], DayCountItem.published >= unwritten)
 
