@@ -316,7 +316,6 @@ def main() -> None:
 def multi_only(bench: Path, sample: int) -> None:
     """The multi-intent section alone: tool vectors computed for the 199 MetaTool tools only; the
     10,000-tool index for timing gets random unit vectors (ranking cost does not depend on them)."""
-
     embedder.model()
     wordllama()
     meta_docs, _ = with_vectors(load_tools(bench / "metatool" / "tools.json"))
