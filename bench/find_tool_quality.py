@@ -316,8 +316,6 @@ def main() -> None:
 def multi_only(bench: Path, sample: int) -> None:
     """The multi-intent section alone: tool vectors computed for the 199 MetaTool tools only; the
     10,000-tool index for timing gets random unit vectors (ranking cost does not depend on them)."""
-    import numpy as np
-
     embedder.model()
     wordllama()
     meta_docs, _ = with_vectors(load_tools(bench / "metatool" / "tools.json"))
@@ -329,17 +327,23 @@ def multi_only(bench: Path, sample: int) -> None:
     found, _ = ranks(meta, [(q, g) for _, q, g in rows])
     live_docs = load_tools(bench / "livemcpbench" / "tools.json")
     tasks = json.loads((bench / "livemcpbench" / "tasks.json").read_text(encoding="utf-8"))
-    base = meta_docs + live_docs
-    rng = np.random.default_rng(SEED)
-    unit = [rng.standard_normal(384).astype(np.float32) for _ in range(PAD_TO)]
-    padded = [Document(d.key, d.vendor, d.name, d.description, (v / np.linalg.norm(v)).astype("<f2").tobytes())
-              for d, v in zip(base + variants(base, PAD_TO - len(base), random.Random(SEED)), unit)]
     print(f"Command: `python bench/find_tool_quality.py --multi-only{' --sample ' + str(sample) if sample else ''}` "
           f"({datetime.date.today().isoformat()}, {len(rows)} single-tool queries)")
     print()
     queries = [(q, g) for _, q, g in rows]
-    multi_section(bench, meta, rows, found, Memo(SearchIndex.build(live_docs)), tasks, SearchIndex.build(padded),
+    multi_section(bench, meta, rows, found, Memo(SearchIndex.build(live_docs)), tasks, padded_index(bench),
                   queries[:: max(1, len(queries) // 500)])
+
+
+def padded_index(bench: Path) -> SearchIndex:
+    """MetaTool's and LiveMCPBench's tools and seeded look-alikes, PAD_TO in all, with random unit
+    vectors: for timing only (ranking cost does not depend on the vectors)."""
+    base = load_tools(bench / "metatool" / "tools.json") + load_tools(bench / "livemcpbench" / "tools.json")
+    rng = np.random.default_rng(SEED)
+    unit = [rng.standard_normal(384).astype(np.float32) for _ in range(PAD_TO)]
+    return SearchIndex.build([Document(d.key, d.vendor, d.name, d.description,
+                                       (v / np.linalg.norm(v)).astype("<f2").tobytes())
+                              for d, v in zip(base + variants(base, PAD_TO - len(base), random.Random(SEED)), unit)])
 
 
 def union_top5(index: SearchIndex | Memo, query: str) -> set[str]:

@@ -88,14 +88,21 @@ def cache_one(index: SearchIndex, terms: dict[str, frozenset[str]], text: str) -
     return out
 
 
-def build_cache(bench: Path, colt: Path) -> dict:
+def meta_index(bench: Path) -> SearchIndex:
+    """MetaTool's 199 tools, indexed from their stored vectors as the app keeps them."""
     from bench.find_tool_quality import load_tools, with_vectors
+
+    meta_docs, _ = with_vectors(load_tools(bench / "metatool" / "tools.json"))
+    return SearchIndex.build(meta_docs)
+
+
+def tuning_sets(bench: Path, colt: Path) -> tuple[dict[str, list[tuple[str, list[str]]]], SearchIndex]:
+    """The tuning requests with their gold keys: "single" (every 10th of MetaTool's queries.csv),
+    "two" (every 10th of multi_queries.json), "toollens" (every 10th ToolLens test request); and
+    ToolLens's index."""
     from bench.toollens import load_requests
     from bench.toollens import load_tools as colt_tools
 
-    meta_docs, _ = with_vectors(load_tools(bench / "metatool" / "tools.json"))
-    meta = SearchIndex.build(meta_docs)
-    meta_terms = doc_terms(meta)
     with (bench / "metatool" / "queries.csv").open(encoding="utf-8", newline="") as fh:
         singles = [(r["query"], [f"{r['vendor']}/{r['name']}"]) for i, r in enumerate(csv.DictReader(fh))
                    if i % TUNING_EVERY == 0]
@@ -103,14 +110,19 @@ def build_cache(bench: Path, colt: Path) -> dict:
              for i, m in enumerate(json.loads((bench / "metatool" / "multi_queries.json").read_text("utf-8")))
              if i % TUNING_EVERY == 0]
     docs = colt_tools(colt)
-    lens = SearchIndex.build(docs.values())
-    lens_terms = doc_terms(lens)
     lens_requests = [(text, [docs[c].key for c in ids]) for i, text, ids in load_requests(colt)
                      if i % TUNING_EVERY == 0]
+    return {"single": singles, "two": multi, "toollens": lens_requests}, SearchIndex.build(docs.values())
+
+
+def build_cache(bench: Path, colt: Path) -> dict:
+    meta = meta_index(bench)
+    meta_terms = doc_terms(meta)
+    sets, lens = tuning_sets(bench, colt)
+    lens_terms = doc_terms(lens)
     out = {}
-    for name, index, terms, requests in (("single", meta, meta_terms, singles), ("two", meta, meta_terms, multi),
-                                         ("toollens", lens, lens_terms, lens_requests)):
-        out[name] = [(text, gold, cache_one(index, terms, text)) for text, gold in requests]
+    for name, index, terms in (("single", meta, meta_terms), ("two", meta, meta_terms), ("toollens", lens, lens_terms)):
+        out[name] = [(text, gold, cache_one(index, terms, text)) for text, gold in sets[name]]
         print(name, len(out[name]), file=sys.stderr)
     return out
 

@@ -102,6 +102,20 @@ def test_a_hostile_request_stays_bounded(request_text: str) -> None:
     assert time.process_time() - start < 5  # a loose bound: a runaway split takes minutes here
 
 
+def test_the_pieces_are_every_cut_and_the_parts_keep_the_rest_on_the_last() -> None:
+    # GIVEN a request of four intents after a greeting too slight to stand alone
+    request_text = "Hi, find flights to Rome, a hotel near the station. Rent a car, also book a table"
+    # WHEN it is cut into pieces  THEN every piece stands, in order, the greeting on its neighbour
+    assert queries.pieces(request_text) == [
+        "Hi find flights to Rome", "a hotel near the station", "Rent a car", "book a table"]
+    # WHEN it is split into at most 3 or 2 parts  THEN the rest of the request rides on the last part
+    assert queries.intents(request_text) == ["Hi find flights to Rome", "a hotel near the station",
+                                             "Rent a car book a table"]
+    assert queries.intents(request_text, max_parts=2) == [
+        "Hi find flights to Rome", "a hotel near the station Rent a car book a table"]
+    assert queries.intents(request_text, max_parts=9) == queries.pieces(request_text)
+
+
 def test_a_hostile_request_costs_at_most_max_parts_extra_searches() -> None:
     # GIVEN an index that finds the same tool for anything
     class Anything(FakeIndex):

@@ -72,20 +72,29 @@ class Searchable(Protocol):
     def cosines(self, key: str, keys: list[str]) -> np.ndarray: ...
 
 
-def intents(query: str) -> list[str]:
-    """The request's intents, each a piece of its text; [] when it is one intent (not split)."""
+def intents(query: str, max_parts: int = MAX_PARTS) -> list[str]:
+    """The request's intents, each a piece of its text; [] when it is one intent (not split).
+    At most `max_parts`: the rest of the request rides on the last."""
+    parts = pieces(query)
+    if len(parts) > max_parts:
+        parts[max_parts - 1:] = [" ".join(parts[max_parts - 1:])]
+    return parts
+
+
+def pieces(query: str) -> list[str]:
+    """The request's first MAX_SPLIT_CHARS characters cut at sentence ends, connectors and commas,
+    each piece with MIN_PART_WORDS content words (a slighter one joins its neighbour), in order,
+    however many; [] when that leaves one piece."""
     text = query[:MAX_SPLIT_CHARS]
-    pieces = [piece for sentence in _cut(text, _SENTENCE_END) for piece in _cut(sentence, _CONNECTOR)]
+    cut = [piece for sentence in _cut(text, _SENTENCE_END) for piece in _cut(sentence, _CONNECTOR)]
     parts: list[str] = []
-    for piece in pieces:
+    for piece in cut:
         if parts and (len(content_words(piece)) < MIN_PART_WORDS or len(content_words(parts[-1])) < MIN_PART_WORDS):
             parts[-1] = f"{parts[-1]} {piece}"  # too slight to stand alone: it joins its neighbour
         else:
             parts.append(piece)
     if len(parts) < 2 or len(content_words(parts[-1])) < MIN_PART_WORDS:
         return []
-    if len(parts) > MAX_PARTS:  # the rest of the request rides on the last part
-        parts[MAX_PARTS - 1:] = [" ".join(parts[MAX_PARTS - 1:])]
     return parts
 
 
