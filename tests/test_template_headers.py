@@ -56,6 +56,9 @@ def _run(mcp: Mcp, **extra: Any) -> dict[str, Any]:
     ("X-Custom", "Bearer abc123", "…"),  # the value's shape says it is a credential
     ("X-Custom", "wsk_abc123", "…"),  # a Workset key
     ("X-Custom", "mode=fast; token=abc123", "…"),
+    ("X-Custom", "a=token=abc123", "…"),  # a name after another pair's `=`
+    ("X-Custom", "v-" * 500, "v-" * 500),  # long, no credential: shown (and read once, not once a `-`)
+    ("X-Custom", "key-" * 250, "key-" * 250),  # a secret word in a value that sets nothing
     ("X-Api-Key", HUGE, "…"),
     ("X-HTTP-Method-Override", "DELETE", "DELETE"),  # what a person must see
     ("X-Tenant", "nz", "nz"),

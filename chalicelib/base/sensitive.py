@@ -23,11 +23,14 @@ _WORD = "|".join(WORDS)
 # What a text may quote that no one may be shown: Workset's own keys and tokens (`wsk_`, `wsa_`,
 # `wst_`, `wsr_`, `wss_`, `wsc_`: chalicelib/identity/accounts.py, chalicelib/oauth/), an
 # Authorization header's credentials, a URL's user:password, and a secret-named parameter's value.
+# A parameter's name is tried only from the start of a run of name characters that an `=` ends (the
+# lookahead reads the run once, possessively); a plain `[\w-]*word[\w-]*=` would read the run again
+# from each `-` in it, seconds for a header value of 1,000 characters such as `v-v-v-...`.
 CREDENTIALS = re.compile(
     r"\b(?P<workset>ws[a-z]_)[\w-]+"
     r"|\b(?P<scheme>Bearer|Basic)\s+[^\s,;\"']+"
     r"|(?<=//)[^/\s@:]+:[^/\s@]+@"
-    rf"|\b(?P<name>[\w-]*(?:{_WORD})[\w-]*)=[^\s&,;\"']+", re.IGNORECASE)
+    rf"|(?<![\w-])(?=[\w-]*+=)(?P<name>[\w-]*?(?:{_WORD})[\w-]*+)=[^\s&,;\"']+", re.IGNORECASE)
 
 
 def secret_named(name: str) -> bool:

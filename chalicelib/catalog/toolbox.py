@@ -115,11 +115,12 @@ def shape_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[
     earlier decision predates request shapes); a guard hint a shape leaves out is MCP's default."""
     before = before or {}
     fields = [*after, *(field for field in before if field not in after)]
+    shown_before, shown_after = shown_shape(before), shown_shape(after)  # once, not once a changed field
     changes = {}
     for field in fields:
         was, now = (shape.get(field, IMPLIED_SHAPE.get(field)) for shape in (before, after))
         if was != now:
-            changes[field] = {"from": shown_shape(before).get(field, was), "to": shown_shape(after).get(field, now)}
+            changes[field] = {"from": shown_before.get(field, was), "to": shown_after.get(field, now)}
     return changes
 
 
