@@ -13,7 +13,11 @@
 * single requests: each tool's summary (or its description's first sentence) as a person might
   type it, in a few phrasings written here ("Can you ...?", "I need to ... for my ...", plain,
   ...), SINGLES_PER_TOOL per tool; the API's name kept in NAMED of them ("... in Xero"), dropped
-  from the others;
+  from the others; ELABORATE_SINGLE of them in two clauses that still ask for one tool (another
+  sentence of its description, or a line about the asker: "I run a small shop, so ..."), as
+  many of MetaTool's one-tool requests are, so the gate learns that a part is not always an intent;
+  UNNAMED of all requests without the words of the tool's own name, so that the tool is not always
+  the whole's first hit (a gate learns nothing from requests its first hit answers);
 * two-intent requests: two fresh single requests for different tools joined with multi_gate's
   JOINS and a few more; SAME_API of them ask for two tools of one API.
 MetaTool, ToolLens, LiveMCPBench and ToolRet are never read here. `fold(api)` holds out whole
@@ -49,8 +53,12 @@ SINGLES_PER_TOOL = 2
 PAIRS = 4000
 SAME_API = 0.2  # share of two-intent requests for two tools of one (large) API
 NAMED = 0.4  # share of requests that keep the API's name
+ELABORATE_SINGLE = 0.5  # share of single requests in two clauses (one intent, split all the same)
+ELABORATE_TWO = 0.25  # the same for each half of a two-intent request
+UNNAMED = 0.5  # share of requests without the words of the tool's own name (after the verb): less lexical
 FOLDS = 5
 OUT = CACHE / "gate"
+FORMAT = 3  # bump when how the corpus is built changes: its cache (and the rows') is then rebuilt
 QUERY_SETS = ROOT / "bench" / "apis"  # goal 1's query sets: their APIs are held out there
 
 _WORD = re.compile(r"[A-Za-z0-9]+")
@@ -90,6 +98,9 @@ PHRASINGS = (
     "I want to {vp}.", "Help me {vp}.", "How do I {vp}?", "I'd like to {vp}, please.", "I need to {vp}.",
 )
 NAMING = (" in {api}", " with {api}", " on {api}", " using the {api} API", " via {api}")
+CONTEXTS = ("I'm working on my {purpose}", "I run a small {purpose}", "We are updating our {purpose} this week",
+            "My manager asked me about this", "This is for a client demo tomorrow", "I'm new to this",
+            "I have a deadline today", "We are setting up a new {purpose}", "I'm helping a friend with their {purpose}")
 MORE_JOINS = ("{a} and also {b}", "{a}. After that, {b}", "{a}, and then {b}")
 
 
@@ -101,6 +112,7 @@ class Tool:
     description: str
     api: str
     request: str  # what a request asks for: the summary, or the description's first sentence, as a verb phrase
+    detail: str = ""  # another sentence of its description, to elaborate a request with
 
 
 @dataclass(frozen=True)
@@ -149,6 +161,8 @@ def verb_phrase(text: str, api_words: set[str], rng: random.Random) -> str | Non
         verb = head[:-1] if head[:-1] in _VERBS else head[:-2]
     while len(words) > 2 and words[-1].lower().strip(",") in _TRAILING:  # "... in" once the name is gone
         words.pop()
+    if words[-1].lower().strip(",") in _TRAILING:  # "get an" once "Order" (the API's name) is gone
+        return None
     rest = " ".join(words[1:])
     if verb is not None:
         return f"{verb} {rest}"
@@ -156,13 +170,52 @@ def verb_phrase(text: str, api_words: set[str], rng: random.Random) -> str | Non
     return f"{rng.choice(_NOUN_VERBS)} {first_word} {rest}".strip()
 
 
-def phrased(tool: Tool, api_name: str, rng: random.Random) -> str:
-    """One request for `tool`, in one of PHRASINGS, the API's name kept in NAMED of them."""
+def detail_of(description: object, summary: str) -> str:
+    """A sentence of the description that is not the summary (4-25 words), or ""."""
+    if not isinstance(description, str):
+        return ""
+    said = " ".join(_WORD.findall(summary.lower()))
+    for sentence in _SENTENCE.split(_plain(description)):
+        sentence = sentence.strip().rstrip(".!?:;, ")
+        words = " ".join(_WORD.findall(sentence.lower()))
+        if 4 <= len(sentence.split()) <= 25 and words and words not in said and said not in words \
+                and "deprecated" not in words and "http" not in words:
+            return sentence
+    return ""
+
+
+def unnamed(vp: str, name: str) -> str:
+    """The verb phrase without the words of the tool's name (plural or not) after its verb, as a
+    person who does not know the name might ask; unchanged when fewer than two words would stay."""
+    named = {t.rstrip("s") for t in name.split("-") if len(t) > 2}
+    verb, *rest = vp.split()
+    kept = [w for w in rest if "".join(_WORD.findall(w)).lower().rstrip("s") not in named]
+    while kept and kept[-1].lower().strip(",") in _TRAILING:
+        kept.pop()
+    return " ".join([verb, *kept]) if len(kept) >= 2 else vp
+
+
+def phrased(tool: Tool, api_name: str, rng: random.Random, elaborate: float = 0.0) -> str:
+    """One request for `tool`, in one of PHRASINGS, the API's name kept in NAMED of them; `elaborate`
+    of them one intent in two clauses: with another sentence of the tool's description, or with
+    context about the asker (so a part of a one-intent request has hits of its own)."""
     vp = tool.request
+    if rng.random() < UNNAMED:
+        vp = unnamed(vp, tool.name)
     if rng.random() < NAMED:
         vp += rng.choice(NAMING).format(api=api_name)
     how = rng.choice(PHRASINGS)
-    return how.format(vp=vp, Vp=vp[:1].upper() + vp[1:], purpose=rng.choice(PURPOSES))
+    text = how.format(vp=vp, Vp=vp[:1].upper() + vp[1:], purpose=rng.choice(PURPOSES))
+    if rng.random() >= elaborate:
+        return text
+    ended = text if text[-1] in ".?!" else f"{text}."
+    lower = text if text.startswith(("I ", "I'")) else text[:1].lower() + text[1:]
+    if tool.detail and rng.random() < 0.5:
+        detail = tool.detail
+        return rng.choice((f"{ended} {detail[:1].upper() + detail[1:]}.",
+                           f"{text.rstrip('.?!')}, and {detail[:1].lower() + detail[1:]}{ended[-1]}"))
+    context = rng.choice(CONTEXTS).format(purpose=rng.choice(PURPOSES))
+    return rng.choice((f"{context}. {ended}", f"{context}, and {lower}", f"{context}, so {lower}"))
 
 
 def api_name(api: str, document: dict[str, Any]) -> str:
@@ -198,7 +251,8 @@ def api_tools(api: str, document: dict[str, Any], rng: random.Random) -> list[To
         if request is None or request.lower() in asked:
             continue
         asked.add(request.lower())
-        tools.append(Tool(f"{vendor}/{name}", vendor, name, _description(operation.spec, operation.key), api, request))
+        tools.append(Tool(f"{vendor}/{name}", vendor, name, _description(operation.spec, operation.key), api, request,
+                          detail_of(detail, summary if isinstance(summary, str) else "")))
     return tools
 
 
@@ -263,7 +317,8 @@ def build(seed: int = SEED) -> tuple[Corpus, dict[str, str]]:
             toolbox.setdefault(tool.key, tool)  # two APIs of one host may name a tool alike: the first stays
     tools = sorted(toolbox.values(), key=lambda t: t.key)
     names = {api: everything[api][0] for api, _ in chosen}
-    single = [Request(phrased(t, names[t.api], rng), (t.key,), (t.api,)) for t in tools for _ in range(SINGLES_PER_TOOL)]
+    single = [Request(phrased(t, names[t.api], rng, ELABORATE_SINGLE), (t.key,), (t.api,))
+              for t in tools for _ in range(SINGLES_PER_TOOL)]
     single = list({r.text: r for r in single}.values())
     by_api: dict[str, list[Tool]] = {}
     for t in tools:
@@ -278,14 +333,20 @@ def build(seed: int = SEED) -> tuple[Corpus, dict[str, str]]:
             a, b = rng.sample(tools, 2)
         if a.key == b.key:
             continue
-        text = join(phrased(a, names[a.api], rng), phrased(b, names[b.api], rng), rng.choice(joins))
+        text = join(phrased(a, names[a.api], rng, ELABORATE_TWO), phrased(b, names[b.api], rng, ELABORATE_TWO),
+                    rng.choice(joins))
         two.append(Request(text, (a.key, b.key), (a.api, b.api)))
     return Corpus(tools, single, two), names
 
 
+def corpus_name(seed: int = SEED) -> str:
+    """The cached corpus's name: the package version, the seed and FORMAT."""
+    return f"{VERSION}-{seed}-{FORMAT}"
+
+
 def corpus(seed: int = SEED) -> Corpus:
     """The corpus for `seed`, built once and cached as JSON under ~/.cache/workset-bench/gate/."""
-    path = OUT / f"corpus-{VERSION}-{seed}.json"
+    path = OUT / f"corpus-{corpus_name(seed)}.json"
     if not path.exists():
         found, names = build(seed)
         OUT.mkdir(parents=True, exist_ok=True)

@@ -176,11 +176,11 @@ GATE_FEATURES = (
     "unexplained request words it holds",
 )
 PAIRWISE = 4  # the last 4 features: the candidate's text against the parts' own words (issue 25, round 6)
-USE_GATE = True  # search() ranks a request's candidates with the gate; False: the hand merge
-GATE_WEIGHTS: tuple[float, ...] = (  # one per GATE_FEATURES, learned by bench/multi_gate.py
-    0.9382, 0.0836, -0.0483, 0.0455, 0.3491, 1.4685, -0.1893, 0.0569, 0.1005, 0.3210, -0.0436, 0.0473,
-    -0.0095, 0.0000, 0.0591, -1.1720, -0.0182, 0.0341, -0.3884, 2.2362, 0.0000, -0.0000, -1.9806, -0.9902,
-    -0.4774, 0.0933, -0.1317, 1.4921)
+USE_GATE = False  # search() ranks a request's candidates with the gate when True; False: the hand merge
+GATE_WEIGHTS: tuple[float, ...] = (  # one per GATE_FEATURES, learned by bench/multi_gate.py on bench/gate_data.py's corpus
+    3.3966, -0.0020, 0.0030, -0.0085, 0.7013, 0.0109, -0.0311, 0.0004, 0.0043, 0.0682, 0.0013, 0.0096,
+    0.0006, 0.0000, 0.0194, -0.0688, -0.0159, 0.0155, 0.0141, -0.1508, 0.0000, -0.0000, -0.1318, 0.2004,
+    0.1377, 0.1874, 0.1911, 0.3205)
 
 
 def gate_features(index: Searchable, query: str, parts: list[str], rankings: list[list[tuple[str, float]]],
