@@ -32,8 +32,8 @@ DOT_SEGMENTS = frozenset({".", ".."})
 
 @dataclass(frozen=True)
 class Request:
-    """A request ready to preview or send; `secrets` are the credential's values, which no
-    preview or answer may show."""
+    """A request ready to preview or send; `secrets` are the credential's values and those the
+    tool's definition pastes (`ToolSpec.pasted_secrets`), which no preview or answer may show."""
 
     http: HttpRequest
     secrets: tuple[str, ...] = field(default=(), repr=False)
@@ -91,8 +91,10 @@ def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None =
     query string otherwise. An MCP server's tool becomes its `tools/call` message (what a preview
     shows; `perform` sends it through the MCP client). The arguments passed `check_arguments`
     when the call was made (a run's input never changes)."""
+    pasted = tool.spec.pasted_secrets  # a vendor quoting them back is redacted like the credential
     if tool.spec.upstream is not None:
-        return replace(_upstream_request(tool.spec.upstream, arguments, credential), account_id=account_id)
+        request = _upstream_request(tool.spec.upstream, arguments, credential)
+        return replace(request, account_id=account_id, secrets=(*request.secrets, *pasted))
     template = tool.spec.request
     assert template is not None
     used = template.placeholders()
@@ -141,7 +143,8 @@ def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None =
     # input fills are shown as the input is, the connection's as `preview` redacts them
     shown_headers = {name: sensitive.shown_header(name, value) if template.headers.get(name) == value else value
                      for name, value in request.http.headers.items()}
-    return replace(request, shown_body=shown_body, shown_url=shown_url, shown_headers=shown_headers)
+    return replace(request, shown_body=shown_body, shown_url=shown_url, shown_headers=shown_headers,
+                   secrets=(*request.secrets, *pasted))
 
 
 def _upstream_request(call: UpstreamCall, arguments: dict[str, Any], credential: Credential | None) -> Request:
@@ -241,19 +244,28 @@ def redact(value: Any, secrets: tuple[str, ...]) -> Any:
 def redact_text(text: str, secrets: tuple[str, ...], *, cut: bool = False) -> str:
     """`text` with the secrets replaced, as they are or as JSON or a URL escapes them (`\\/`,
     `\\u002b`, `%2b` or `%2B`, `+` for a space: a vendor's text may quote what it was sent in
-    any of them); with `cut`, the text was cut short, so a tail that is the start of a secret (in
-    one of those forms) is dropped too (a half secret is still a secret)."""
+    any of them), and base64-encoded (`_base64_forms`); with `cut`, the text was cut short, so a
+    tail that is the start of a secret (in one of those forms) is dropped too (a half secret is
+    still a secret)."""
     return _Redactor(secrets).text(text, cut=cut)
+
+
+SCAN_CHARS = 2048  # a shorter text is first searched for any whole form at once (one regex)
 
 
 class _Redactor:
     """The secrets' forms and patterns, built once per answer (not per string of it: an answer
-    of many strings and a long secret, an OAuth token, would cost their product)."""
+    of many strings and a long secret, an OAuth token, would cost their product). Most of an
+    answer's strings are short and quote no secret: one search for any whole form of any secret
+    clears each (about a third of trying every form in turn); a long text is cheaper to replace
+    form by form than to search with the regex."""
 
     def __init__(self, secrets: tuple[str, ...]) -> None:
         self._ordered = sorted((secret for secret in secrets if secret), key=len, reverse=True)
         self._forms = {secret: _forms(secret) for secret in self._ordered}
         self._patterns: dict[str, re.Pattern[str]] = {}
+        every = sorted({form for forms in self._forms.values() for form in forms}, key=len, reverse=True)
+        self._any = re.compile("|".join(map(re.escape, every))) if every else None
 
     def value(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -265,8 +277,9 @@ class _Redactor:
         return value
 
     def text(self, text: str, *, cut: bool = False) -> str:
+        whole = self._any is not None and (len(text) > SCAN_CHARS or self._any.search(text) is not None)
         for secret in self._ordered:
-            for form in self._forms[secret]:
+            for form in self._forms[secret] if whole else ():
                 text = text.replace(form, REDACTED)
             if "\\" in text or "%" in text or (" " in secret and "+" in text):
                 if secret not in self._patterns:
@@ -288,11 +301,35 @@ _PERCENT = re.compile(r"%[0-9A-F]{2}")
 
 def _forms(secret: str) -> tuple[str, ...]:
     """The whole forms a secret is most often quoted in: raw, URL-encoded (upper- and lower-case
-    escapes), and JSON-escaped (with `/` as it is and as `\\/`)."""
-    encoded = [quote(secret, safe=""), quote_plus(secret)]
-    escaped = json.dumps(secret)[1:-1]
+    escapes), and JSON-escaped (with `/` as it is and as `\\/`); and its base64 forms in each of
+    those (a vendor that echoes a Basic header, or base64-encodes a whole error it quotes)."""
+    return tuple(dict.fromkeys(form for base in (secret, *_base64_forms(secret)) for form in _text_forms(base)))
+
+
+def _text_forms(text: str) -> tuple[str, ...]:
+    encoded = [quote(text, safe=""), quote_plus(text)]
+    escaped = json.dumps(text)[1:-1]
     lower = [_PERCENT.sub(lambda match: match.group().lower(), form) for form in encoded]
-    return tuple(dict.fromkeys((secret, *encoded, *lower, escaped, escaped.replace("/", "\\/"))))
+    return (text, *encoded, *lower, escaped, escaped.replace("/", "\\/"))
+
+
+BASE64_MIN_CHARS = 8  # a shorter base64 run of a secret (a short password's) would match text at random
+_BASE64_SKIP = (0, 2, 3)  # characters that hold bits of what precedes the secret, by its offset mod 3
+
+
+def _base64_forms(secret: str) -> tuple[str, ...]:
+    """The base64 characters (standard and URL-safe alphabets) that `secret`'s UTF-8 bytes alone
+    decide, at each of the three offsets it can start at within a longer encoded text: a base64
+    character holds 6 bits, so at the edges one mixes the secret's bits with its neighbours', and
+    those are left out (`\\0`-filled here). Runs shorter than BASE64_MIN_CHARS are not kept."""
+    data = secret.encode("utf-8", "surrogatepass")
+    forms: list[str] = []
+    for offset, skip in enumerate(_BASE64_SKIP):
+        size = offset + len(data)
+        decided = base64.b64encode(b"\0" * offset + data).decode()[skip: 4 * (size // 3) + size % 3]
+        if len(decided) >= BASE64_MIN_CHARS:
+            forms += [decided, decided.replace("+", "-").replace("/", "_")]
+    return tuple(dict.fromkeys(forms))
 
 
 def _escaped(secret: str) -> str:

@@ -23,14 +23,14 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from chalicelib.access import connections, credentials
-from chalicelib.base import log
+from chalicelib.base import log, sensitive
 from chalicelib.base.config import settings
 from chalicelib.base.errors import Conflict, NotFound, VendorError, WorksetError
 from chalicelib.base.text import visible
 from chalicelib.base.validation import VENDOR_PATTERN, parse
 from chalicelib.catalog import imports
 from chalicelib.catalog.imports import MCP, Candidate, Report
-from chalicelib.net import mcpclient
+from chalicelib.net import mcpclient, urls
 from chalicelib.store import queues
 from chalicelib.store import upstreams as upstream_store
 from chalicelib.store.records import Page, Upstream
@@ -211,10 +211,11 @@ def _list_tools(upstream: Upstream) -> tuple[str, list[Any]]:
     header, or a query parameter: many hosted servers take their key as `?api_key=`)."""
     config = settings()
     url, headers = upstream.url, dict[str, str]()
-    secrets: tuple[str, ...] = ()
+    # a key in the URL's query (`?api_key=...`) is one too: an error quoting it back has it redacted
+    secrets = sensitive.echoable(urls.credential_values(upstream.url))
     if upstream.connection_id:
         credential = credentials.credential(upstream.account_id, upstream.connection_id, upstream.url)
-        (url, headers), secrets = credential.apply(url, headers), credential.secrets
+        (url, headers), secrets = credential.apply(url, headers), (*credential.secrets, *secrets)
     client = mcpclient.Upstream(url=url, headers=headers, timeout=config.vendor_timeout_seconds,
                                 max_bytes=config.vendor_max_response_bytes, allow_private=config.allow_private_network,
                                 tenant=upstream.account_id, secrets=secrets)

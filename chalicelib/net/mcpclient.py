@@ -65,7 +65,8 @@ class Upstream:
     # tenant's calls, since a server may keep state in it (a browser, a scratchpad)
     tenant: str = ""
     # the credential's bare secrets besides the header's value (a basic credential's password, its
-    # decoded `user:password`): an error never quotes them either
+    # decoded `user:password`), and a key the server's URL carries (`?api_key=`): an error never
+    # quotes them either
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
     def started(self) -> Upstream:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 from chalicelib.base import sensitive
 
@@ -116,6 +116,22 @@ def redacted_query(query: str) -> str:
             name, equals, value = pair.partition("=")
             shown.append(f"{name}={_placeholders_only(value)}" if equals else _placeholders_only(pair))
     return "&".join(shown)
+
+
+def credential_values(url: str) -> tuple[str, ...]:
+    """The literal values `url` (a tool's URL template, an MCP server's URL) gives the query
+    parameters whose names say they carry a credential (`sensitive.names_credential`: `api_key`,
+    `access_token`, `sig`), as the vendor reads them (percent-decoded, and with `+` as a space
+    too); around a `{field}` placeholder each literal run on its own (the input fills the
+    placeholder: the agent knows it). Each once, however short: the caller judges length."""
+    found: list[str] = []
+    for pair in urlsplit(url).query.split("&"):
+        name, equals, value = pair.partition("=")
+        if not equals or not sensitive.names_credential(unquote_plus(name)):
+            continue
+        for literal in PLACEHOLDER.split(value)[::2]:  # literal, field, literal, ...
+            found += [unquote(literal), unquote_plus(literal)]
+    return tuple(dict.fromkeys(value for value in found if value))
 
 
 def _placeholders_only(text: str) -> str:

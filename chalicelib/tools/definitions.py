@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from chalicelib.base import sensitive
 from chalicelib.base.errors import InvalidInput, ToolUnavailable
 from chalicelib.base.text import HIDDEN
 from chalicelib.base.validation import NAME_PATTERN, VENDOR_PATTERN, check_tool_name, parse
@@ -183,6 +184,16 @@ class RequestTemplate(BaseModel):
     def fill(self, values: dict[str, str]) -> str:
         """The URL with each `{field}` replaced by its (already encoded) value."""
         return PLACEHOLDER.sub(lambda match: values[match.group(1)], self.url)
+
+    def pasted_secrets(self) -> tuple[str, ...]:
+        """The credentials this template itself sends, as a vendor's answer could quote them back:
+        the value of each literal header that names or looks like one (`sensitive.hidden_header`),
+        with its words (`sensitive.echoed_parts`), and the literal values of the URL's query
+        parameters named like one (`urls.credential_values`); each of `sensitive.ECHO_MIN_CHARS` or
+        more. What the input fills (a param, a `{field}`) is the agent's own, never among them."""
+        headers = [part for name, value in self.headers.items() if sensitive.hidden_header(name, value)
+                   for part in sensitive.echoed_parts(value)]
+        return sensitive.echoable([*headers, *urls.credential_values(self.url)])
 
 
 HEADER_VALUE = re.compile(r"[\x20-\x7e]{0,1000}")
@@ -366,6 +377,14 @@ class ToolSpec(BaseModel):
     def url(self) -> str:
         """Where a call goes: the vendor URL template, or the upstream MCP server."""
         return self.upstream.url if self.upstream is not None else self.request.url  # type: ignore[union-attr]
+
+    @property
+    def pasted_secrets(self) -> tuple[str, ...]:
+        """The credentials the definition itself carries (`RequestTemplate.pasted_secrets`; of an
+        MCP server's URL, its credential-named query values): no answer may echo them."""
+        if self.request is not None:
+            return self.request.pasted_secrets()
+        return sensitive.echoable(urls.credential_values(self.upstream.url if self.upstream is not None else ""))
 
     @property
     def header_names(self) -> list[str]:
