@@ -31,6 +31,8 @@ VALUES = {
     "dashed (v- * 500)": "v-" * 500,
     "dashes (- * 1000)": "-" * 1000,
     "words (key- * 250)": "key-" * 250,
+    "words, no value (-key * 250 + =)": "-key" * 250 + "=",
+    "short parts, no value (-sig * 250 + =)": "-sig" * 250 + "=",
     "a typical value (application/json)": "application/json",
 }
 RUNS = 7

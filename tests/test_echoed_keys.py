@@ -273,6 +273,11 @@ def test_a_name_says_credential_by_its_words_and_whole_short_parts(name: str, cr
     assert (sensitive.withheld(f"{name}=abc12345") != f"{name}=abc12345") is credential
 
 
+@pytest.mark.parametrize("text", ["-key" * 250 + "=", "-sig" * 250 + "=", "api_key= rest", "x_sig=&y=1"])
+def test_a_credential_name_with_no_value_after_it_withholds_nothing(text: str) -> None:
+    assert sensitive.withheld(text) == text and not sensitive.looks_secret(text)
+
+
 @pytest.mark.parametrize(("url", "values"), [
     ("https://x.example/a?api_key=abc123secret&q={query}", ("abc123secret",)),
     ("https://x.example/a?sig=ab%2Bcd{x}ef+gh&design=notakey123", ("ab+cd", "ef+gh", "ef gh")),

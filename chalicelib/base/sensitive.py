@@ -40,13 +40,15 @@ _VALUE_WORDS = re.compile(r"[\s;,]+")
 # Authorization header's credentials, a URL's user:password, and a secret-named parameter's value.
 # A parameter's name is tried only from the start of a run of name characters that an `=` ends (the
 # lookahead reads the run once, possessively); a plain `[\w-]*word[\w-]*=` would read the run again
-# from each `-` in it, seconds for a header value of 1,000 characters such as `v-v-v-...`. A PARTS
-# word counts only between non-letters (`x_sig=`, not `design=`).
+# from each `-` in it, seconds for a header value of 1,000 characters such as `v-v-v-...`. The
+# lookahead wants a value after the `=` too: a run with a word in it then always matches at its
+# first word, where without a value (`-key-key-...-key=`) each word was tried to the run's end. A
+# PARTS word counts only between non-letters (`x_sig=`, not `design=`).
 CREDENTIALS = re.compile(
     r"\b(?P<workset>ws[a-z]_)[\w-]+"
     r"|\b(?P<scheme>Bearer|Basic)\s+[^\s,;\"']+"
     r"|(?<=//)[^/\s@:]+:[^/\s@]+@"
-    rf"|(?<![\w-])(?=[\w-]*+=)(?P<name>[\w-]*?(?:{_WORD}|(?<![^\W_])(?:{_PART})(?![^\W_]))[\w-]*+)=[^\s&,;\"']+",
+    rf"|(?<![\w-])(?=[\w-]*+=[^\s&,;\"'])(?P<name>[\w-]*?(?:{_WORD}|(?<![^\W_])(?:{_PART})(?![^\W_]))[\w-]*+)=[^\s&,;\"']+",
     re.IGNORECASE)
 
 
