@@ -311,16 +311,23 @@ def test_every_pasted_secret_joins_the_requests_secrets() -> None:
 
 # --- an MCP server's URL key -------------------------------------------------------------------------
 
+LIST_FAILS: list[bool] = []  # set: the echoing server's tools/list errors, quoting its key
+
+
 @pytest.fixture
 def echoing_server() -> Iterator[str]:
     """An MCP server whose one tool, `whoami`, answers with the key its URL carried; asked to
-    `fail`, it errors quoting it."""
+    `fail`, it errors quoting it (so does its tools/list while LIST_FAILS holds anything)."""
     mcpclient.forget_sessions()
+    LIST_FAILS.clear()
 
     class Handler(HandshakeHandler):
         def answer(self, message: dict[str, Any]) -> None:
             key = parse_qs(urlsplit(self.path).query)["api_key"][0]
-            if message["method"] == "tools/list":
+            if message["method"] == "tools/list" and LIST_FAILS:
+                self.reply(200, {"jsonrpc": "2.0", "id": message["id"],
+                                 "error": {"code": -32000, "message": f"key {key} may not list tools"}})
+            elif message["method"] == "tools/list":
                 self.result(message, {"tools": [{"name": "whoami", "description": "Who the key belongs to.",
                                                  "inputSchema": {"type": "object"},
                                                  "annotations": {"readOnlyHint": True}}]})
@@ -349,4 +356,18 @@ def test_an_mcp_servers_echo_of_its_url_key_shows_nowhere(admin: Admin, mcp: Mcp
     # THEN the key is in neither the answer, the run record, nor a log line
     assert "over its quota" in record if fail else "is acme's" in record
     for shown in (json.dumps(result), record, logged.text):
+        assert KEY not in shown and quote(KEY, safe="") not in shown
+
+
+def test_a_sync_whose_server_quotes_its_url_key_in_an_error_never_shows_it(admin: Admin, echoing_server: str,
+                                                                           logged: Any) -> None:
+    # GIVEN a server registered with its key in its URL, while it behaved
+    assert admin.call("POST", "/v1/upstreams", {"vendor": "whois", "url": echoing_server}).status_code == 201
+    # WHEN a sync meets an error that quotes the key
+    LIST_FAILS.append(True)
+    failed = admin.call("POST", "/v1/upstreams/whois/sync")
+    remembered = admin.call("GET", "/v1/upstreams/whois").body.decode()
+    # THEN the sync fails saying why, and neither its answer, what is remembered, nor a log line holds the key
+    assert failed.status_code == 502 and "may not list tools" in failed.body.decode()
+    for shown in (failed.body.decode(), remembered, logged.text):
         assert KEY not in shown and quote(KEY, safe="") not in shown
