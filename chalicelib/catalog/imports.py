@@ -302,7 +302,7 @@ def _put(account_id: str, news: list[NewVersion], published_by: str,
         try:
             tool_store.put_versions(account_id, batch, published_by, now)
         except Busy as busy:
-            failed.update((new.name, f"not written: {busy.message}") for new in batch)
+            failed.update((new.name, _unwritten(busy)) for new in batch)
             if busy.maybe_written:
                 unsure.update(new.name for new in batch)
         except (ConditionFailed, WriteRefused) as batch_refused:
@@ -316,10 +316,15 @@ def _put(account_id: str, news: list[NewVersion], published_by: str,
                     if maybe:
                         unsure.add(new.name)
                 except (WriteRefused, Busy) as refused:
-                    failed[new.name] = f"not written: {refused.message}"
+                    failed[new.name] = _unwritten(refused)
                     if maybe or refused.maybe_written:
                         unsure.add(new.name)
     return lost, failed, unsure
+
+
+def _unwritten(refused: WriteRefused | Busy) -> str:
+    """Why a version is answered as failed: not written, or not known to be (import it again)."""
+    return f"{'perhaps not' if refused.maybe_written else 'not'} written: {refused.message}"
 
 
 def _mark(account_id: str, heads: list[ToolVersion], reason: str | None) -> None:
