@@ -237,3 +237,34 @@ def test_a_batch_committed_whose_answer_was_lost_stays_counted(admin: Admin, mon
     assert answered.status_code in (200, 503), answered.body
     assert _versions_written(admin) == 6
     assert _day_count(admin) == 6
+
+
+def test_a_give_back_the_store_fails_costs_slots_not_the_import(admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.base.errors import Busy
+    from chalicelib.store import daycounts
+    from chalicelib.store import tools as tool_store
+
+    # GIVEN three imported tools, and a store that refuses one of the next import's versions
+    assert _import(admin, 1).status_code == 200
+    real = tool_store.put_versions
+
+    def refuse_first(account_id: str, versions: Any, published_by: str, now: Any) -> Any:
+        if versions[0].name == "item0":
+            raise Busy("the store is busy")
+        return real(account_id, versions, published_by, now)
+
+    def failing_give_back(*args: Any) -> None:
+        raise Busy("the store is busy")
+
+    monkeypatch.setattr(tool_store, "BATCH_BYTES", 1)
+    monkeypatch.setattr(tool_store, "put_versions", refuse_first)
+    # WHEN the count of the refused version cannot be given back, in an import that also drops an operation
+    monkeypatch.setattr(daycounts, "give_back", failing_give_back)
+    answer = _import(admin, 2, drop=2)
+    # THEN the import still answers what it wrote, and marks the dropped operation's tool unavailable
+    assert answer.status_code == 200, answer.body
+    assert answer.json_body["counts"]["new_version"] == 1 and answer.json_body["counts"]["failed"] == 1
+    assert answer.json_body["counts"]["unavailable"] == 1
+    assert [available for _, name, _, available in _toolbox(admin) if name == "item2"] == [False]
+    # AND the slot it could not give back stays counted (the day's cap reached sooner, never passed)
+    assert _day_count(admin) == 3 + 2

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chalicelib.access import connections
+from chalicelib.base import log
 from chalicelib.base.config import settings
 from chalicelib.base.errors import Busy, InvalidInput, QuotaExceeded, WorksetError
 from chalicelib.base.validation import VENDOR_PATTERN, parse
@@ -189,10 +190,20 @@ def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidat
     # store may have made (no answer said) stays counted, so the day never holds more than its cap
     unwritten = new - sum(line.outcome in (PUBLISHED, NEW_VERSION) for line in written) - unsure
     if unwritten > 0:
-        daycounts.give_back(account_id, vendor, day, unwritten)
+        _give_back(account_id, vendor, day, unwritten)
     if gone:
         _mark(account_id, gone, f"no longer offered by the {_source(kind)} (as of {now:%Y-%m-%d %H:%M} UTC)")
     return Report(vendor, False, written + lines[len(planned):], vectors_pending=pending)
+
+
+def _give_back(account_id: str, vendor: str, day: str, unwritten: int) -> None:
+    """Give the day back what was not written, if the store lets it: one that fails leaves the
+    slots counted (the day's cap reached sooner, never passed), and the import goes on to mark
+    what the source dropped and answer what it wrote."""
+    try:
+        daycounts.give_back(account_id, vendor, day, unwritten)
+    except Exception as error:  # noqa: BLE001 - any store failure: only slots are lost
+        log.failure("imports.give_back_failed", error, account_id=account_id, vendor=vendor, unwritten=unwritten)
 
 
 def fill_vectors(message: dict[str, Any]) -> None:
