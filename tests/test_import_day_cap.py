@@ -268,3 +268,37 @@ def test_a_give_back_the_store_fails_costs_slots_not_the_import(admin: Admin, mo
     assert [available for _, name, _, available in _toolbox(admin) if name == "item2"] == [False]
     # AND the slot it could not give back stays counted (the day's cap reached sooner, never passed)
     assert _day_count(admin) == 3 + 2
+
+
+def test_an_import_counted_before_midnight_and_written_after_it_stays_on_its_first_day(
+        admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import datetime
+
+    from chalicelib.base.errors import Busy
+    from chalicelib.store import tools as tool_store
+    from chalicelib.store.models import DayCountItem, day_count_sk
+
+    # GIVEN an import that starts in the last microsecond of a UTC day (its writes and its give-back
+    # land after midnight), and whose first version the store refuses
+    last = datetime(2026, 12, 3, 23, 59, 59, 999999, tzinfo=utcnow().tzinfo)
+    monkeypatch.setattr("chalicelib.api.imports.utcnow", lambda: last)
+    real = tool_store.put_versions
+
+    def refuse_first(account_id: str, versions: Any, published_by: str, now: Any) -> Any:
+        if versions[0].name == "item0":
+            raise Busy("the store is busy")
+        return real(account_id, versions, published_by, now)
+
+    monkeypatch.setattr(tool_store, "BATCH_BYTES", 1)
+    monkeypatch.setattr(tool_store, "put_versions", refuse_first)
+    # WHEN it is imported
+    answer = _import(admin, 1)
+    # THEN the day it started on holds its two written versions (the refused one given back to that
+    # day), and the next day starts with nothing counted
+    assert answer.status_code == 200 and answer.json_body["counts"]["failed"] == 1
+
+    def counted(day: str) -> int:
+        sk = day_count_sk("items", day)
+        return sum(int(item.published) for item in DayCountItem.scan(DayCountItem.sk == sk))
+
+    assert (counted("2026-12-03"), counted("2026-12-04")) == (2, 0)
