@@ -6,7 +6,8 @@ on a vendor's new versions (`imports.MAX_VERSIONS_PER_DAY`) costs each import.
 
 In-process moto through the Chalice test client (machine-independent counts, as
 bench/dynamo_calls.py). A document of 3 operations is imported, imported again unchanged, then
-imported changed (3 new versions) until the cap refuses it (the cap set to 7 where there is one).
+imported changed (3 new versions) until the cap refuses it (the cap set to 7 where there is one);
+dry runs (what the console's check step sends) between them.
 """
 
 from __future__ import annotations
@@ -53,13 +54,15 @@ def main() -> None:
         with Client(app) as client:
             admin = Admin(client, token)
             counter = DynamoCalls().install()
-            steps = [("first import (3 published)", 1), ("again, unchanged", 1), ("changed (3 new versions)", 2),
-                     ("changed again (past the cap of 7 where there is one)", 3)]
+            steps = [("first import (3 published)", 1, False), ("again, unchanged", 1, False),
+                     ("dry run, unchanged", 1, True), ("dry run, changed (3 new versions)", 2, True),
+                     ("changed (3 new versions)", 2, False), ("dry run, changed again (past the cap)", 3, True),
+                     ("changed again (past the cap of 7 where there is one)", 3, False)]
             print(f"root {ROOT} ({'a daily cap' if capped else 'no daily cap'})")
             print(f"{'import':55} {'status':>6} {'calls':>5}  by API operation")
-            for label, revision in steps:
+            for label, revision, dry in steps:
                 with counter.measure() as made:
-                    answer = admin.call("POST", "/v1/imports/openapi", {"vendor": "items",
+                    answer = admin.call("POST", "/v1/imports/openapi", {"vendor": "items", "dry_run": dry,
                                                                         "document": _document(revision)})
                 print(f"{label:55} {answer.status_code:>6} {len(made):5}  {dict(Counter(made))}")
 

@@ -17,8 +17,10 @@ printed side by side in one run:
   of the request a term (the baseline of issue 25's "1.46x BM25"); and the same with find_tool's
   query stop words left out (a stronger baseline);
 * find_tool, whole request only (the ranking before chalicelib/search/queries.py);
-* the split into intents without the residual (main before branch i25-multi3), and find_tool as
-  it answers now: the request's parts and its residual (what its best hit does not explain), each
+* the split into intents without the residual (main before branch i25-multi3), the hand merge
+  (main before i25-multi4), the gate with the weights fitted on MetaTool (main before i25-gate7),
+  the gate with queries.GATE_WEIGHTS (trained on bench/gate_data.py's corpus), and find_tool as it
+  answers now (the gate only when queries.USE_GATE is on): the request's parts and its residual (what its best hit does not explain), each
   one's hits scored in the whole's context (chalicelib/search/queries.py).
 recall@5 is the mean share of a request's gold tools in the top 5 (COLT's Recall@5), complete@5
 the share of requests with all of them there (COLT's COMP@5). The tuning part is every 10th
@@ -44,7 +46,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from bench.find_tool_quality import multi_parts, split_hand_merge, split_parts_only
+from bench.find_tool_quality import (
+    multi_parts,
+    split_hand_merge,
+    split_metatool_gate,
+    split_openapi_gate,
+    split_parts_only,
+)
 from chalicelib.search import queries as intents
 from chalicelib.search.documents import Document, document_vector
 from chalicelib.search.index import SearchIndex
@@ -167,6 +175,10 @@ def main() -> None:
             measure(lambda q: [k for k, _ in split_parts_only(index, q, TOP)], requests),
         "find_tool, parts and the residual by hand rules (main before i25-multi4)":
             measure(lambda q: [k for k, _ in split_hand_merge(index, q, TOP)], requests),
+        "find_tool, the gate with MetaTool-trained weights (main before i25-gate7)":
+            measure(lambda q: [k for k, _ in split_metatool_gate(index, q, TOP)], requests),
+        "find_tool, the gate with weights trained on bench/gate_data.py's corpus (queries.GATE_WEIGHTS)":
+            measure(lambda q: [k for k, _ in split_openapi_gate(index, q, TOP)], requests),
         "find_tool now (chalicelib/search/queries.py)":
             measure(lambda q: [k for k, _ in intents.search(index, q, TOP)], requests),
     }

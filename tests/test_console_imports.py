@@ -14,6 +14,7 @@ from chalice.test import Client
 from markupsafe import escape
 
 from chalicelib.base.config import IMPORT_BODY_BYTES
+from chalicelib.catalog import imports
 from chalicelib.net import mcpclient
 from tests.conftest import Admin
 from tests.test_console import Console, rows, text
@@ -115,6 +116,16 @@ def test_a_check_shows_every_operation_and_stores_nothing(console: Console, admi
     assert '<button type="submit" form="import" name="step" value="publish">Publish</button>' in page
     # AND nothing was stored
     assert tool_names(admin) == []
+
+
+def test_a_check_says_how_many_new_versions_the_day_still_allows(console: Console) -> None:
+    # WHEN a document of two publishable operations is checked, nothing published yet today
+    page = text(check(console, FORM))
+    # THEN the check counts its new versions against the vendor's day, which has room for all
+    shown = re.search(r'<p class="muted" id="day-cap" data-new="2" data-allows="(\d+)">(.*?)</p>', page, re.DOTALL)
+    assert shown is not None and int(shown.group(1)) == imports.MAX_VERSIONS_PER_DAY
+    assert "Publishing adds 2 new versions of <code>pets</code>'s tools" in shown.group(2)
+    assert f"at most {imports.MAX_VERSIONS_PER_DAY} a day, UTC" in shown.group(2) and "refused" not in page
 
 
 def test_publish_stores_the_checked_tools_and_links_them(console: Console, admin: Admin) -> None:

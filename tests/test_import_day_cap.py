@@ -6,6 +6,7 @@ allows; the count is the vendor's, in its account, and starts again the next UTC
 from __future__ import annotations
 
 import html
+import json
 import re
 from datetime import timedelta
 from typing import Any
@@ -302,3 +303,80 @@ def test_an_import_counted_before_midnight_and_written_after_it_stays_on_its_fir
         return sum(int(item.published) for item in DayCountItem.scan(DayCountItem.sk == sk))
 
     assert (counted("2026-12-03"), counted("2026-12-04")) == (2, 0)
+
+
+def _typed(revision: int) -> str:
+    """`_document` as a person pastes it into the console's form (JSON is YAML too)."""
+    return json.dumps(_document(revision))
+
+
+def _day_cap(page: str) -> tuple[str, int, int, str] | None:
+    """The check's day-cap paragraph: its class, the new versions, the day's room, and its text."""
+    found = re.search(r'<p class="([^"]*)" id="day-cap" data-new="(\d+)" data-allows="(\d+)">(.*?)</p>', page, re.DOTALL)
+    if found is None:
+        return None
+    words = html.unescape(re.sub(r"<[^>]+>", "", found.group(4)))
+    return found.group(1), int(found.group(2)), int(found.group(3)), " ".join(words.split())
+
+
+def test_a_console_check_past_the_cap_says_publish_would_be_refused(console: Console, admin: Admin) -> None:
+    # GIVEN a vendor whose day is all but full (6 of 7)
+    _import(admin, 1)
+    _import(admin, 2)
+    # WHEN a person checks a revision that changes every one of its 3 operations
+    checked = console.post("/console/import", {"vendor": "items", "document": _typed(3), "step": "check"})
+    # THEN the check says plainly, before Publish, that publishing would be refused, and why
+    assert checked.status_code == 200
+    shown = _day_cap(checked.body.decode())
+    assert shown is not None
+    kind, new, allows, words = shown
+    assert (kind, new, allows) == ("notice error", 3, 1)
+    assert words.startswith("Publishing would be refused: it would add 3 new versions of items's tools")
+    assert f"may add only 1 more today, as of this check (at most {CAP} a day, UTC)" in words
+    assert "Nothing would be published" in words
+    # AND the check took nothing from the day: a one-operation change still publishes
+    assert _import(admin, 3, operations=1).json_body["counts"]["new_version"] == 1
+
+
+def test_a_console_check_within_the_cap_shows_the_days_room(console: Console, admin: Admin) -> None:
+    # GIVEN a vendor with 3 of its 7 versions used today
+    _import(admin, 1)
+    fields = {"vendor": "items", "document": _typed(2)}
+    # WHEN a person checks a revision that changes its 3 operations
+    checked = console.post("/console/import", {**fields, "step": "check"})
+    # THEN the check shows how many it would publish and how many the day allows, with no warning
+    shown = _day_cap(checked.body.decode())
+    assert shown is not None and shown[:3] == ("muted", 3, 4)
+    assert shown[3] == (f"Publishing adds 3 new versions of items's tools; the vendor's imports and syncs may add 4 more "
+                        f"today, as of this check (at most {CAP} a day, UTC).")
+    assert "would be refused" not in checked.body.decode()
+    # AND Publish publishes them
+    digest = CHECKED.search(checked.body.decode()).group(1)  # type: ignore[union-attr]
+    published = console.post("/console/import", {**fields, "step": "publish", "checked": digest})
+    assert published.status_code == 200 and 'id="day-cap"' not in published.body.decode()
+    assert all(versions == 2 for _, _, versions, _ in _toolbox(admin))
+
+
+def test_a_check_with_nothing_new_shows_no_days_count(console: Console, admin: Admin) -> None:
+    # GIVEN a vendor whose day is full
+    _import(admin, 1)
+    _import(admin, 2)
+    assert _import(admin, 3).status_code == 429
+    # WHEN a person checks the document as it was last published (nothing new to publish)
+    checked = console.post("/console/import", {"vendor": "items", "document": _typed(2), "step": "check"})
+    # THEN no day's count is shown: publishing it counts nothing, and is never refused
+    assert checked.status_code == 200 and _day_cap(checked.body.decode()) is None
+
+
+def test_an_api_dry_run_answers_the_days_room(admin: Admin) -> None:
+    # GIVEN a vendor with 6 of its 7 versions used today
+    _import(admin, 1)
+    _import(admin, 2)
+    # WHEN a dry run would publish new versions, and another would publish none
+    over = admin.call("POST", "/v1/imports/openapi", {"vendor": "items", "document": _document(3), "dry_run": True})
+    same = admin.call("POST", "/v1/imports/openapi", {"vendor": "items", "document": _document(2), "dry_run": True})
+    # THEN the first says the day allows 1 more (fewer than its 3), the second has nothing to count
+    assert (over.json_body["counts"]["new_version"], over.json_body["day_allows"]) == (3, 1)
+    assert same.json_body["day_allows"] is None
+    # AND an import that publishes says nothing of it
+    assert "day_allows" not in _import(admin, 3, operations=1).json_body

@@ -4,7 +4,8 @@ CloudWatch), through the stdlib logger "workset.events". It does not propagate t
 JSON.
 
 Fields are named facts (ids, counts, kinds). Never pass a secret, a token, a request body or a
-tool's input: a field whose name says it is a secret is written as "[withheld]".
+tool's input: a field whose name says it is a secret (`sensitive.secret_named`), or a body, is written
+as "[withheld]".
 
 One line per thing that happened: per request (`request_line`, written by the edge's guard with
 whatever the request noted on the way, `note` and `measure`), per run, per sweep, per webhook
@@ -27,7 +28,6 @@ which would be a metric of its own.
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import time
 import traceback
@@ -38,14 +38,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from chalicelib.base import jsontext
+from chalicelib.base import jsontext, sensitive
 
 LOGGER = "workset.events"
 TRACE_FRAMES = 5  # the innermost frames: enough to find the line, short enough to read
 MESSAGE_CHARS = 500
 NAMESPACE = "Workset"
 DIMENSION_CHARS = 64  # a dimension's value is one of a few short words; anything longer is cut
-_WITHHELD = ("authorization", "body", "cookie", "key", "password", "secret", "token")
 
 
 @dataclass(frozen=True)
@@ -187,7 +186,7 @@ def _emit(level: int, kind: str, fields: dict[str, Any], metrics: Iterable[Metri
         return
     if _request_id.get() is not None:
         fields = {"request_id": _request_id.get(), **fields}
-    kept = {name: "[withheld]" if any(word in name.lower() for word in _WITHHELD) else value
+    kept = {name: "[withheld]" if sensitive.secret_named(name) or "body" in name.lower() else value
             for name, value in fields.items()}
     metrics = list(metrics)
     if metrics:
@@ -226,31 +225,13 @@ def _dimension(value: Any) -> str:
 
 def _message(error: BaseException) -> str:
     try:
-        text = _CREDENTIALS.sub(_withheld, str(error))
+        text = sensitive.withheld(str(error))
     except Exception:  # noqa: BLE001 - an exception whose __str__ fails must not take the log line with it
         text = "(the message could not be read)"
     return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"
 
 
-# What an exception's message may quote that no log line may show: Workset's own keys and tokens
-# (`wsk_`, `wsa_`, `wst_`, `wsr_`, `wss_`, `wsc_`: chalicelib/identity/accounts.py, chalicelib/oauth/), an
-# Authorization header's credentials, a URL's user:password, and a secret-named parameter's value.
-_CREDENTIALS = re.compile(
-    r"\b(?P<workset>ws[a-z]_)[\w-]+"
-    r"|\b(?P<scheme>Bearer|Basic)\s+[^\s,;\"']+"
-    r"|(?<=//)[^/\s@:]+:[^/\s@]+@"
-    r"|\b(?P<name>[\w-]*(?:key|token|secret|password)[\w-]*)=[^\s&,;\"']+", re.IGNORECASE)
 CAUSES = 3  # exceptions down the chain named on a failure's line
-
-
-def _withheld(match: re.Match[str]) -> str:
-    if match["workset"]:
-        return f"{match['workset']}[withheld]"
-    if match["scheme"]:
-        return f"{match['scheme']} [withheld]"
-    if match["name"]:
-        return f"{match['name']}=[withheld]"
-    return "[withheld]@"
 
 
 def _causes(error: BaseException) -> list[BaseException]:

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlencode, urlsplit, urlunsplit
 
 from chalicelib.access.connection_auth import Credential
-from chalicelib.base import jsontext
+from chalicelib.base import jsontext, sensitive
 from chalicelib.base.config import settings
 from chalicelib.base.errors import InvalidInput, VendorError, WorksetError
 from chalicelib.base.outcomes import Outcome, RunStatus, failure
@@ -42,6 +42,7 @@ class Request:
     account_id: str = ""  # whose call: an MCP server's session is never shared between accounts
     shown_body: Any = field(default=None, repr=False)  # what a preview shows of a body that is not text
     shown_url: str | None = field(default=None, repr=False)  # what a preview shows of an HTTP tool's URL
+    shown_headers: dict[str, str] | None = field(default=None, repr=False)  # ... and of its headers
 
 
 def check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
@@ -136,7 +137,11 @@ def build(tool: Tool, arguments: dict[str, Any], credential: Credential | None =
                             query)
     if credential is not None:
         shown_url = credential.apply(shown_url, {})[0]  # where the credential goes (`preview` redacts its value)
-    return replace(request, shown_body=shown_body, shown_url=shown_url)
+    # the headers with a credential the template itself sets hidden (`X-Api-Key: …`); those the
+    # input fills are shown as the input is, the connection's as `preview` redacts them
+    shown_headers = {name: sensitive.shown_header(name, value) if template.headers.get(name) == value else value
+                     for name, value in request.http.headers.items()}
+    return replace(request, shown_body=shown_body, shown_url=shown_url, shown_headers=shown_headers)
 
 
 def _upstream_request(call: UpstreamCall, arguments: dict[str, Any], credential: Credential | None) -> Request:
@@ -158,7 +163,8 @@ def _with_credential(http: HttpRequest, credential: Credential | None) -> Reques
 def preview(request: Request) -> Outcome:
     """What would be sent, with the credential's values replaced by a marker wherever they appear;
     of an MCP server's URL only its origin and its query's names (a key may be in its path or query);
-    of an HTTP tool's URL, the values its URL template sets hidden (`?api_key=…&q=cats`)."""
+    of an HTTP tool's URL, the values its URL template sets hidden (`?api_key=…&q=cats`), and of its
+    headers, the values of those it sets that name or look like a credential (`X-Api-Key: …`)."""
     http = request.http
     body = None
     if request.shown_body is not None:
@@ -166,7 +172,8 @@ def preview(request: Request) -> Outcome:
     elif http.body:
         body = http.body.decode() if http.headers.get("Content-Type") == FORM else json.loads(http.body)
     url = urls.redacted(http.url, path=True) if request.upstream is not None else request.shown_url or http.url
-    shown = {"method": http.method, "url": url, "headers": dict(http.headers), "body": body}
+    headers = dict(http.headers) if request.shown_headers is None else request.shown_headers
+    shown = {"method": http.method, "url": url, "headers": headers, "body": body}
     return Outcome(structured={"preview": redact(shown, request.secrets)})
 
 

@@ -99,12 +99,15 @@ class Line:
 
 @dataclass(frozen=True)
 class Report:
-    """An import's answer: a line per candidate and per tool that became unavailable."""
+    """An import's answer: a line per candidate and per tool that became unavailable. A dry run
+    that would publish new versions also says how many more the vendor's day allowed when it was
+    checked (`day_allows`), so a person sees before Publish whether it would be refused."""
 
     vendor: str
     dry_run: bool
     lines: list[Line]
     vectors_pending: int = 0
+    day_allows: int | None = None  # a dry run's: new versions the vendor's day had room for (None: none to publish)
 
     def counts(self) -> dict[str, int]:
         """How many lines of each outcome."""
@@ -113,14 +116,23 @@ class Report:
             counts[line.outcome] += 1
         return counts
 
+    def new_versions(self) -> int:
+        """The new versions it publishes (or would): what counts against the vendor's day."""
+        return sum(line.outcome in (PUBLISHED, NEW_VERSION) for line in self.lines)
+
+    def over_day(self) -> bool:
+        """A dry run whose publishing would be refused as past the day's cap (TooManyChanges)."""
+        return self.day_allows is not None and self.new_versions() > self.day_allows
+
     def failures(self) -> list[Line]:
         """The lines the store refused to write: an import that has any did not do all it said."""
         return [line for line in self.lines if line.outcome == FAILED]
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON answer."""
+        day = {"day_allows": self.day_allows} if self.dry_run else {}
         return {"vendor": self.vendor, "dry_run": self.dry_run, "counts": self.counts(),
-                "vectors_pending": self.vectors_pending, "tools": [line.to_dict() for line in self.lines]}
+                "vectors_pending": self.vectors_pending, **day, "tools": [line.to_dict() for line in self.lines]}
 
 
 class TooManyChanges(QuotaExceeded):
@@ -158,11 +170,13 @@ def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidat
           *, connection: str | None, published_by: str, now: datetime, dry_run: bool,
           attended: bool = True) -> Report:
     """Publish what changed, restore what came back, mark unavailable what left the source; with
-    `dry_run`, answer the same lines and write nothing. `heads` are the vendor's tools
+    `dry_run`, answer the same lines and how many more new versions the day allows (one read when
+    there are any), and write nothing. `heads` are the vendor's tools
     (`existing`). `attended`: a person started this (an unattended sync's new tools are held to
     `guards.UNREVIEWED`). The new versions are counted against the vendor's day before any is
     written: past MAX_VERSIONS_PER_DAY (a source that grows without end) is TooManyChanges, and
-    nothing is written; those the store then refused are given back."""
+    nothing is written; those the store then refused are given back (never one it may have
+    written: a fault costs the day slots, never its cap)."""
     checked = _ConnectionCheck(account_id, connection, vendor)
     planned = [_plan(candidate, heads.get(candidate.name), kind, connection, checked, attended)
                for candidate in candidates]
@@ -173,8 +187,10 @@ def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidat
     lines = [plan.line for plan in planned] + [
         Line(head.origin["key"], head.name, UNAVAILABLE, head.version, f"no longer offered by the {_source(kind)}")  # type: ignore[index]
         for head in gone]
-    if dry_run:
-        return Report(vendor, True, lines)
+    day = f"{now:%Y-%m-%d}"
+    if dry_run:  # what publishing would do, and whether the day's cap has room for it now (not counted)
+        allows = max(MAX_VERSIONS_PER_DAY - daycounts.counted(account_id, vendor, day), 0) if new else None
+        return Report(vendor, True, lines, day_allows=allows)
     from chalicelib.search.documents import VECTOR_VERSION
 
     # unchanged tools still without a vector well after they were published (their queue message
@@ -182,7 +198,6 @@ def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidat
     stale = [head for plan in planned if plan.line.outcome in (UNCHANGED, RESTORED)
              and (head := heads[plan.line.name]).vector_version != VECTOR_VERSION
              and head.published_at < now - VECTORS_OVERDUE]
-    day = f"{now:%Y-%m-%d}"
     if new and not daycounts.count(account_id, vendor, day, new, MAX_VERSIONS_PER_DAY):
         raise TooManyChanges(vendor, new, max(MAX_VERSIONS_PER_DAY - daycounts.counted(account_id, vendor, day), 0))
     written, pending, unsure = _write(account_id, planned, stale, published_by, now)

@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from chalicelib.access import connections
-from chalicelib.base import log
+from chalicelib.base import log, sensitive
 from chalicelib.base.config import settings
 from chalicelib.base.errors import (
     Busy,
@@ -115,22 +115,30 @@ def shape_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[
     earlier decision predates request shapes); a guard hint a shape leaves out is MCP's default."""
     before = before or {}
     fields = [*after, *(field for field in before if field not in after)]
+    shown_before, shown_after = shown_shape(before), shown_shape(after)  # once, not once a changed field
     changes = {}
     for field in fields:
         was, now = (shape.get(field, IMPLIED_SHAPE.get(field)) for shape in (before, after))
         if was != now:
-            changes[field] = {"from": shown_shape(before).get(field, was), "to": shown_shape(after).get(field, now)}
+            changes[field] = {"from": shown_before.get(field, was), "to": shown_after.get(field, now)}
     return changes
 
 
 def shown_shape(shape: dict[str, Any] | None) -> dict[str, Any]:
     """A request shape as a person is shown it: its query's values hidden (`urls.redacted_query`),
     its names and an HTTP tool's `{field}` placeholders kept, as a key may be one of the values (an
-    MCP server's `?api_key=`, a tool's `?api_key=abc123&q={query}`). The stored shape keeps them,
-    so that a changed key still asks a person again."""
-    if not shape or not isinstance(shape.get("query"), str):
+    MCP server's `?api_key=`, a tool's `?api_key=abc123&q={query}`); the value of each header whose
+    name or value says it is a credential hidden (`sensitive.shown_header`: `x-api-key: …`), the
+    others kept (`x-http-method-override: DELETE`). The stored shape keeps them all, so that a
+    changed key still asks a person again."""
+    if not shape:
         return shape or {}
-    return {**shape, "query": urls.redacted_query(shape["query"])}
+    shown = dict(shape)
+    if isinstance(shape.get("query"), str):
+        shown["query"] = urls.redacted_query(shape["query"])
+    if isinstance(shape.get("headers"), dict):
+        shown["headers"] = {name: sensitive.shown_header(str(name), str(value)) for name, value in shape["headers"].items()}
+    return shown
 
 
 def accept_annotations(account_id: str, vendor: str, name: str, version: int, person: str,

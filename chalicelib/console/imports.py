@@ -1,5 +1,6 @@
 """Importing an OpenAPI document: the form (the document pasted, uploaded or at a URL), a check
-that shows what publishing would do to every operation, and publishing what was checked.
+that shows what publishing would do to every operation (and whether the vendor's day has room
+for its new versions), and publishing what was checked.
 
 Publishing re-sends the form with a digest of the checked inputs: inputs changed after the check
 are checked again, not published, so a person only ever publishes what they have seen."""
@@ -45,7 +46,8 @@ def import_document(ctx: Ctx) -> Response:
 def _page(ctx: Ctx, status: int = 200, *, values: dict[str, str], report: Report | None = None,
           checked: str = "", changed: bool = False, error: str | None = None) -> Response:
     return ctx.render("import.html", status, values=values, report=report, checked=checked, changed=changed,
-                      error=error, connections=active_connections(ctx.account_id))
+                      error=error, connections=active_connections(ctx.account_id),
+                      day_cap=imports.MAX_VERSIONS_PER_DAY)
 
 
 def _payload(values: dict[str, str]) -> dict[str, Any]:

@@ -44,12 +44,13 @@ _CLOUD_SERVICES = ipaddress.IPv6Network("fd00:ec2::/64")
 
 @dataclass(frozen=True)
 class HttpRequest:
-    """A fully built request."""
+    """A fully built request. Its repr leaves out the headers and the body, which may carry a
+    credential (a connection's, or one a tool's author pasted into a header)."""
 
     method: str
     url: str
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    body: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

