@@ -138,6 +138,173 @@ def test_publishing_past_the_cap_in_the_console_says_why_and_stores_nothing(cons
     assert _toolbox(admin) == before
 
 
+def _day_count(admin: Admin, vendor: str = "items") -> int:
+    """The day's count of the vendor's new versions (the test's one account)."""
+    from chalicelib.store.models import DayCountItem, day_count_sk
+
+    sk = day_count_sk(vendor, f"{utcnow():%Y-%m-%d}")
+    return sum(int(item.published) for item in DayCountItem.scan(DayCountItem.sk == sk))
+
+
+def _versions_written(admin: Admin) -> int:
+    return sum(versions for _, _, versions, _ in _toolbox(admin))
+
+
+def test_a_batch_written_in_parts_counts_the_parts_written_before_a_later_part_lost_a_race(
+        admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.store import tools as tool_store
+
+    # GIVEN three imported tools, and a store that writes each tool of a batch in its own
+    # transaction (as it does for large definitions: BATCH_BYTES)
+    assert _import(admin, 1).status_code == 200
+    monkeypatch.setattr(tool_store, "BATCH_BYTES", 1)
+    # WHEN the next import's last tool is published by someone else after the import read the toolbox
+    real = tool_store.put_versions
+    raced: list[str] = []
+
+    def racing(account_id: str, versions: Any, published_by: str, now: Any) -> Any:
+        if not raced:
+            raced.append(versions[-1].name)
+            real(account_id, [versions[-1]], "someone-else", now)
+        return real(account_id, versions, published_by, now)
+
+    monkeypatch.setattr(tool_store, "put_versions", racing)
+    answer = _import(admin, 2)
+    # THEN the two versions the import wrote are answered as published and stay counted against
+    # the day (a count given back for a version written would let the day pass its cap)
+    assert answer.status_code == 200, answer.body
+    assert answer.json_body["counts"]["new_version"] == 2, answer.json_body
+    assert _versions_written(admin) == 3 + 3
+    assert _day_count(admin) == 3 + 2
+
+
+def test_a_write_the_store_may_have_made_is_not_given_back(admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.base.errors import Busy
+    from chalicelib.store import tools as tool_store
+
+    # GIVEN three imported tools
+    assert _import(admin, 1).status_code == 200
+    # WHEN the store commits the next import's batch but the answer is an error that leaves the
+    # outcome unknown (a transaction still in progress past every retry)
+    real = tool_store.put_versions
+
+    def committed_then_busy(*args: Any) -> Any:
+        real(*args)
+        raise Busy("the store did not confirm the write", maybe_written=True)
+
+    monkeypatch.setattr(tool_store, "put_versions", committed_then_busy)
+    answer = _import(admin, 2)
+    # THEN the versions stay counted: the day's count never falls below what was written
+    assert answer.status_code == 200, answer.body
+    assert _versions_written(admin) == 6
+    assert _day_count(admin) == 6
+
+
+@pytest.mark.parametrize("answer", ["in_progress", "timeout"])
+def test_a_batch_committed_whose_answer_was_lost_stays_counted(admin: Admin, monkeypatch: pytest.MonkeyPatch,
+                                                               answer: str) -> None:
+    import botocore.exceptions
+
+    from chalicelib.store import base
+
+    # GIVEN three imported tools
+    assert _import(admin, 1).status_code == 200
+    # WHEN DynamoDB commits the next import's versions, but its answer is lost: every retry
+    # under the same token hears the transaction is still in progress, or the request timed out
+    client = base.connection().client
+    original = client._make_api_call
+    monkeypatch.setattr(base, "BACKOFF_BASE_SECONDS", 0.001)
+    committed: list[str] = []  # the token of the transaction applied, its answer lost
+
+    def make_api_call(operation: str, params: dict[str, Any]) -> Any:
+        token = params.get("ClientRequestToken")
+        publishing = operation == "TransactWriteItems" and any("Put" in item for item in params["TransactItems"])
+        if not publishing or (committed and token != committed[0]):
+            return original(operation, params)
+        if not committed:
+            original(operation, params)
+            committed.append(token)
+        elif answer == "timeout":  # a later request under the token: answered from the first
+            return {}
+        if answer == "timeout":
+            raise botocore.exceptions.ReadTimeoutError(endpoint_url="http://127.0.0.1:1")
+        raise botocore.exceptions.ClientError(
+            {"Error": {"Code": "TransactionInProgressException", "Message": "in progress"}}, operation)
+
+    monkeypatch.setattr(client, "_make_api_call", make_api_call)
+    answered = _import(admin, 2)
+    monkeypatch.setattr(client, "_make_api_call", original)
+    # THEN whatever the import answers, the three versions written stay counted against the day
+    assert answered.status_code in (200, 503), answered.body
+    assert _versions_written(admin) == 6
+    assert _day_count(admin) == 6
+
+
+def test_a_give_back_the_store_fails_costs_slots_not_the_import(admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chalicelib.base.errors import Busy
+    from chalicelib.store import daycounts
+    from chalicelib.store import tools as tool_store
+
+    # GIVEN three imported tools, and a store that refuses one of the next import's versions
+    assert _import(admin, 1).status_code == 200
+    real = tool_store.put_versions
+
+    def refuse_first(account_id: str, versions: Any, published_by: str, now: Any) -> Any:
+        if versions[0].name == "item0":
+            raise Busy("the store is busy")
+        return real(account_id, versions, published_by, now)
+
+    def failing_give_back(*args: Any) -> None:
+        raise Busy("the store is busy")
+
+    monkeypatch.setattr(tool_store, "BATCH_BYTES", 1)
+    monkeypatch.setattr(tool_store, "put_versions", refuse_first)
+    # WHEN the count of the refused version cannot be given back, in an import that also drops an operation
+    monkeypatch.setattr(daycounts, "give_back", failing_give_back)
+    answer = _import(admin, 2, drop=2)
+    # THEN the import still answers what it wrote, and marks the dropped operation's tool unavailable
+    assert answer.status_code == 200, answer.body
+    assert answer.json_body["counts"]["new_version"] == 1 and answer.json_body["counts"]["failed"] == 1
+    assert answer.json_body["counts"]["unavailable"] == 1
+    assert [available for _, name, _, available in _toolbox(admin) if name == "item2"] == [False]
+    # AND the slot it could not give back stays counted (the day's cap reached sooner, never passed)
+    assert _day_count(admin) == 3 + 2
+
+
+def test_an_import_counted_before_midnight_and_written_after_it_stays_on_its_first_day(
+        admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import datetime
+
+    from chalicelib.base.errors import Busy
+    from chalicelib.store import tools as tool_store
+    from chalicelib.store.models import DayCountItem, day_count_sk
+
+    # GIVEN an import that starts in the last microsecond of a UTC day (its writes and its give-back
+    # land after midnight), and whose first version the store refuses
+    last = datetime(2026, 12, 3, 23, 59, 59, 999999, tzinfo=utcnow().tzinfo)
+    monkeypatch.setattr("chalicelib.api.imports.utcnow", lambda: last)
+    real = tool_store.put_versions
+
+    def refuse_first(account_id: str, versions: Any, published_by: str, now: Any) -> Any:
+        if versions[0].name == "item0":
+            raise Busy("the store is busy")
+        return real(account_id, versions, published_by, now)
+
+    monkeypatch.setattr(tool_store, "BATCH_BYTES", 1)
+    monkeypatch.setattr(tool_store, "put_versions", refuse_first)
+    # WHEN it is imported
+    answer = _import(admin, 1)
+    # THEN the day it started on holds its two written versions (the refused one given back to that
+    # day), and the next day starts with nothing counted
+    assert answer.status_code == 200 and answer.json_body["counts"]["failed"] == 1
+
+    def counted(day: str) -> int:
+        sk = day_count_sk("items", day)
+        return sum(int(item.published) for item in DayCountItem.scan(DayCountItem.sk == sk))
+
+    assert (counted("2026-12-03"), counted("2026-12-04")) == (2, 0)
+
+
 def _typed(revision: int) -> str:
     """`_document` as a person pastes it into the console's form (JSON is YAML too)."""
     return json.dumps(_document(revision))

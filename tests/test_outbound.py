@@ -124,6 +124,23 @@ def test_an_ipv6_address_carrying_a_public_ipv4_is_accepted(address: str) -> Non
     assert chosen == address
 
 
+@pytest.mark.parametrize("url", ["ftp://user:hunter2secret@example.test/x?api_key=sk_live_abc123",
+                                 "https://user:hunter2secret@example.test:99999/x?api_key=sk_live_abc123"])
+def test_a_refused_url_is_named_without_its_key(url: str) -> None:
+    # GIVEN a URL that is not http(s), or has no valid port, and carries a key in its user info and query
+    # WHEN the destination is checked (refused before any lookup: the resolver would fail the test)
+    with pytest.raises(ForbiddenDestination) as refused:
+        outbound.check_destination(url, allow_private=False, resolver=_never)
+    # THEN the refusal names the URL's host and query names, never the key or the password
+    message = str(refused.value)
+    assert "example.test" in message and "api_key=" in message
+    assert "sk_live_abc123" not in message and "hunter2secret" not in message
+
+
+def _never(host: str, port: int) -> list[str]:
+    raise AssertionError(f"looked up {host}:{port}")
+
+
 def test_a_carried_private_ipv4_passes_where_private_networks_are_allowed() -> None:
     # GIVEN a host resolving to a NAT64 address carrying 10.1.2.3
     address = _embed("nat64 well-known", "10.1.2.3")

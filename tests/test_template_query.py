@@ -40,9 +40,20 @@ def _run(mcp: Mcp, **extra: Any) -> dict[str, Any]:
     ("k=%7Bquery%7D", "k=…"),  # an encoded brace is a literal, not a placeholder
     ("a=b=c;key=d", "a=…"),  # what a vendor might read as a second pair stays in the hidden value
     ("api_key=abc123", "api_key=…"),  # an MCP server's URL, as before
+    ("k=abc{query", "k=…"),  # an unbalanced brace is a literal (a tool's URL refuses it)
+    ("k=}{query}{", "k=…{query}…"),
+    ("k={{query}}", "k=…{query}…"),  # nested: the inner placeholder, the outer braces hidden
+    ("k=%7B%7Bquery%7D%7D", "k=…"),
+    ("k={sk_live_abc123}", "k={sk_live_abc123}"),  # a placeholder's name: an input field, never a sent value
+    ("sk_live_abc123", "…"),  # a bare value
 ])
 def test_a_query_is_shown_with_its_names_and_placeholders_only(query: str, shown: str) -> None:
     assert urls.redacted_query(query) == shown
+
+
+def test_a_urls_user_info_and_fragment_are_hidden_with_its_query() -> None:
+    shown = urls.redacted("https://user:pass@h.example/p?k=abc{query}#frag{query}")
+    assert shown == "https://…@h.example/p?k=…{query}#…"
 
 
 def test_a_dry_run_previews_the_input_but_not_the_templates_key(admin: Admin, mcp: Mcp, agent: dict[str, Any],

@@ -132,3 +132,13 @@ def test_a_short_token_stored_without_its_issue_time_is_refreshed_once_then_reus
         _at(monkeypatch, seconds)
         assert _run(mcp)["isError"] is False
     assert tokens.grants() == ["authorization_code", "refresh_token"]
+
+
+@pytest.mark.parametrize("issued_after_expiry", [timedelta(0), timedelta(seconds=1), timedelta(days=400)])
+def test_an_issue_time_at_or_after_the_expiry_never_keeps_a_token_past_it(issued_after_expiry: timedelta) -> None:
+    # a stored issue time from a clock ahead of the one that judges it (or a corrupt item)
+    expires = START + timedelta(seconds=30)
+    issued = expires + issued_after_expiry
+    assert vendor_tokens.fresh(expires, issued, expires - timedelta(microseconds=1))
+    assert not vendor_tokens.fresh(expires, issued, expires)
+    assert not vendor_tokens.fresh(expires, issued, expires + timedelta(days=1))

@@ -188,10 +188,16 @@ class ListenLimit(WorksetError):
 
 class Busy(WorksetError):
     """The store kept refusing a write for transient reasons (throttling, a conflicting
-    transaction) past the retry budget; nothing was written. Try again shortly."""
+    transaction) past the retry budget; nothing was written, unless `maybe_written`: an attempt's
+    answer left its outcome unknown (a transaction still in progress, an internal error), and the
+    write may yet have been made. Try again shortly."""
 
     code = "busy"
     status = 503
+
+    def __init__(self, message: str, *, field: str | None = None, maybe_written: bool = False) -> None:
+        super().__init__(message, field=field)
+        self.maybe_written = maybe_written
 
 
 class StoreUnavailable(Busy):

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chalicelib.access import connections
+from chalicelib.base import log
 from chalicelib.base.config import settings
 from chalicelib.base.errors import Busy, InvalidInput, QuotaExceeded, WorksetError
 from chalicelib.base.validation import VENDOR_PATTERN, parse
@@ -174,7 +175,8 @@ def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidat
     (`existing`). `attended`: a person started this (an unattended sync's new tools are held to
     `guards.UNREVIEWED`). The new versions are counted against the vendor's day before any is
     written: past MAX_VERSIONS_PER_DAY (a source that grows without end) is TooManyChanges, and
-    nothing is written; those the store then refused are given back."""
+    nothing is written; those the store then refused are given back (never one it may have
+    written: a fault costs the day slots, never its cap)."""
     checked = _ConnectionCheck(account_id, connection, vendor)
     planned = [_plan(candidate, heads.get(candidate.name), kind, connection, checked, attended)
                for candidate in candidates]
@@ -198,13 +200,25 @@ def apply(account_id: str, vendor: str, kind: str, candidates: Sequence[Candidat
              and head.published_at < now - VECTORS_OVERDUE]
     if new and not daycounts.count(account_id, vendor, day, new, MAX_VERSIONS_PER_DAY):
         raise TooManyChanges(vendor, new, max(MAX_VERSIONS_PER_DAY - daycounts.counted(account_id, vendor, day), 0))
-    written, pending = _write(account_id, planned, stale, published_by, now)
-    unwritten = new - sum(line.outcome in (PUBLISHED, NEW_VERSION) for line in written)
-    if unwritten > 0:  # refused by the store (`failed`) or lost to a concurrent publish: not counted
-        daycounts.give_back(account_id, vendor, day, unwritten)
+    written, pending, unsure = _write(account_id, planned, stale, published_by, now)
+    # refused by the store (`failed`) or lost to a concurrent publish: not counted; but a write the
+    # store may have made (no answer said) stays counted, so the day never holds more than its cap
+    unwritten = new - sum(line.outcome in (PUBLISHED, NEW_VERSION) for line in written) - unsure
+    if unwritten > 0:
+        _give_back(account_id, vendor, day, unwritten)
     if gone:
         _mark(account_id, gone, f"no longer offered by the {_source(kind)} (as of {now:%Y-%m-%d %H:%M} UTC)")
     return Report(vendor, False, written + lines[len(planned):], vectors_pending=pending)
+
+
+def _give_back(account_id: str, vendor: str, day: str, unwritten: int) -> None:
+    """Give the day back what was not written, if the store lets it: one that fails leaves the
+    slots counted (the day's cap reached sooner, never passed), and the import goes on to mark
+    what the source dropped and answer what it wrote."""
+    try:
+        daycounts.give_back(account_id, vendor, day, unwritten)
+    except Exception as error:  # noqa: BLE001 - any store failure: only slots are lost
+        log.failure("imports.give_back_failed", error, account_id=account_id, vendor=vendor, unwritten=unwritten)
 
 
 def fill_vectors(message: dict[str, Any]) -> None:
@@ -271,10 +285,11 @@ class _ConnectionCheck:
 
 
 def _write(account_id: str, planned: list[_Planned], stale: list[ToolVersion], published_by: str,
-           now: datetime) -> tuple[list[Line], int]:
+           now: datetime) -> tuple[list[Line], int, int]:
     """Write the plan: versions in batches (a batch that lost a race to another publish falls back
-    to one tool at a time), then restorations. Answers the lines as written and how many vectors
-    the work queue will compute (for the new versions, when there are many, and for `stale`)."""
+    to one tool at a time), then restorations. Answers the lines as written, how many vectors
+    the work queue will compute (for the new versions, when there are many, and for `stale`), and
+    how many of the versions answered as not written the store may have written after all."""
     from chalicelib.search.documents import VECTOR_VERSION, document_vectors
 
     news = [plan.new for plan in planned if plan.new is not None]
@@ -282,7 +297,7 @@ def _write(account_id: str, planned: list[_Planned], stale: list[ToolVersion], p
     if inline and news:
         vectors = document_vectors([(new.vendor, new.name, new.definition["description"]) for new in news])
         news = [replace(new, vector=vector, vector_version=VECTOR_VERSION) for new, vector in zip(news, vectors)]
-    lost, failed = _put(account_id, news, published_by, now)
+    lost, failed, unsure = _put(account_id, news, published_by, now)
     restore = [plan.head for plan in planned if plan.head is not None]
     if restore:
         _mark(account_id, restore, None)
@@ -295,32 +310,47 @@ def _write(account_id: str, planned: list[_Planned], stale: list[ToolVersion], p
              if plan.line.name in lost else
              replace(plan.line, outcome=FAILED, version=None, reason=failed[plan.line.name])
              if plan.line.name in failed else plan.line for plan in planned]
-    return lines, len(queued)
+    return lines, len(queued), len(unsure)
 
 
 def _put(account_id: str, news: list[NewVersion], published_by: str,
-         now: datetime) -> tuple[set[str], dict[str, str]]:
-    """Publish in batches; answers the names that lost a race to a concurrent publish, and those
-    the store would not write, with why. A batch the store refuses is written again one tool at
-    a time, so one tool it refuses never costs the others; a batch the store is too busy for
-    fails whole (trying each of its tools would only wait longer)."""
+         now: datetime) -> tuple[set[str], dict[str, str], set[str]]:
+    """Publish in the store's batches, one transaction each (`version_batches`: a batch that
+    fails wrote nothing, those before it stand); answers the names that lost a race to a
+    concurrent publish, those the store would not write, with why, and of both those it may have
+    written after all (its answer left the outcome unknown: `maybe_written`). A batch the store
+    refuses is written again one tool at a time, so one tool it refuses never costs the others; a
+    batch the store is too busy for fails whole (trying each of its tools would only wait longer)."""
     lost: set[str] = set()
     failed: dict[str, str] = {}
-    for start in range(0, len(news), tool_store.BATCH_TOOLS):
-        batch = news[start:start + tool_store.BATCH_TOOLS]
+    unsure: set[str] = set()
+    for batch in tool_store.version_batches(news):
         try:
             tool_store.put_versions(account_id, batch, published_by, now)
         except Busy as busy:
-            failed.update((new.name, f"not written: {busy.message}") for new in batch)
-        except (ConditionFailed, WriteRefused):
+            failed.update((new.name, _unwritten(busy)) for new in batch)
+            if busy.maybe_written:
+                unsure.update(new.name for new in batch)
+        except (ConditionFailed, WriteRefused) as batch_refused:
+            # a batch whose write may have been made: a tool then "lost" may have lost to it
+            maybe = isinstance(batch_refused, WriteRefused) and batch_refused.maybe_written
             for new in batch:
                 try:
                     tool_store.put_version(account_id, new, published_by, now)
                 except ConditionFailed:
                     lost.add(new.name)
+                    if maybe:
+                        unsure.add(new.name)
                 except (WriteRefused, Busy) as refused:
-                    failed[new.name] = f"not written: {refused.message}"
-    return lost, failed
+                    failed[new.name] = _unwritten(refused)
+                    if maybe or refused.maybe_written:
+                        unsure.add(new.name)
+    return lost, failed, unsure
+
+
+def _unwritten(refused: WriteRefused | Busy) -> str:
+    """Why a version is answered as failed: not written, or not known to be (import it again)."""
+    return f"{'perhaps not' if refused.maybe_written else 'not'} written: {refused.message}"
 
 
 def _mark(account_id: str, heads: list[ToolVersion], reason: str | None) -> None:

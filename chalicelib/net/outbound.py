@@ -18,6 +18,7 @@ from typing import Self
 from urllib.parse import urlsplit
 
 from chalicelib.base.errors import ForbiddenDestination, VendorError, VendorTimeout
+from chalicelib.net.urls import redacted
 
 Resolver = Callable[[str, int], list[str]]
 # Hop-by-hop and framing headers: the HTTP client sets them, so neither a tool's template nor a
@@ -125,11 +126,11 @@ def check_destination(url: str, *, allow_private: bool, resolver: Resolver | Non
         resolver = _within(resolver, _Deadline(timeout), timeout)
     parts = urlsplit(url)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise ForbiddenDestination(f"{url!r} is not an http or https URL")
+        raise ForbiddenDestination(f"{redacted(url)!r} is not an http or https URL")
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        raise ForbiddenDestination(f"{url!r} has a port that is not a number from 1 to 65535") from None
+        raise ForbiddenDestination(f"{redacted(url)!r} has a port that is not a number from 1 to 65535") from None
     try:
         addresses = resolver(parts.hostname, port)
     except (OSError, UnicodeError) as error:

@@ -15,7 +15,7 @@ from pynamodb.transactions import TransactWrite
 
 from chalicelib.base.errors import PinLimit
 from chalicelib.store import history
-from chalicelib.store.base import ConditionFailed, key_ok, page, transaction, update_if, update_once_if
+from chalicelib.store.base import ConditionFailed, error_code, key_ok, page, transaction, update_if, update_once_if
 from chalicelib.store.models import (
     AGENT_SK,
     SHARDS,
@@ -319,7 +319,7 @@ def remove_decision(agent_id: str, vendor: str, name: str) -> bool:
     try:
         ApprovalItem(agent_id=agent_id, sk=approval_sk(vendor, name)).delete(condition=ApprovalItem.sk.exists())
     except DeleteError as error:
-        if error.cause_response_code == "ConditionalCheckFailedException":
+        if error_code(error) == "ConditionalCheckFailedException":
             return False
         raise
     return True

@@ -46,13 +46,16 @@ class ConditionFailed(Conflict):
 
 class WriteRefused(WorksetError):
     """DynamoDB refused a write for what it holds (an item over 400 KB, a value it cannot take):
-    sending it again will not help. `reasons` as for ConditionFailed, when it gave them."""
+    sending it again will not help. `reasons` as for ConditionFailed, when it gave them.
+    `maybe_written`: no answer said so (a timeout, a connection lost), and the write may have been
+    made."""
 
     code = "write_refused"
 
-    def __init__(self, message: str, reasons: list[str | None] | None = None) -> None:
+    def __init__(self, message: str, reasons: list[str | None] | None = None, *, maybe_written: bool = False) -> None:
         super().__init__(message)
         self.reasons = reasons or []
+        self.maybe_written = maybe_written
 
 
 # Cancellation reasons that say "not now" rather than "no": the same transaction may succeed if
@@ -60,6 +63,9 @@ class WriteRefused(WorksetError):
 TRANSIENT_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded", "TransactionConflict"})
 TRANSIENT_ERRORS = frozenset({"TransactionInProgressException", "ThrottlingException",
                               "ProvisionedThroughputExceededException", "InternalServerError"})
+# Of those, the answers that leave a transaction's outcome unknown: an attempt sent earlier under
+# the same token is still being applied, or DynamoDB failed partway and may have committed.
+UNKNOWN_OUTCOME_ERRORS = frozenset({"TransactionInProgressException", "InternalServerError"})
 ATTEMPTS = 5
 BACKOFF_BASE_SECONDS = 0.05
 BACKOFF_CAP_SECONDS = 0.8  # with full jitter, five attempts wait at most ~1.55 s in all
@@ -72,17 +78,31 @@ class _RetriedWrite(TransactWrite):
     attempt committed but its answer was lost, the next one is answered from the first."""
 
     def _commit(self) -> Any:  # pynamodb's hook that sends the transaction on leaving the block
+        unknown = False  # an attempt's answer left open whether the transaction was applied
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 return super()._commit()
             except TransactWriteError as error:
+                unknown = unknown or error_code(error) in UNKNOWN_OUTCOME_ERRORS
                 if attempt == ATTEMPTS or not _transient(error):
                     if _transient(error):
+                        if unknown:
+                            raise Busy("the store is busy and did not confirm the change (it may yet be made); "
+                                       "try again shortly", maybe_written=True) from error
                         raise Busy("the store is busy (throttled or contended); nothing was changed, "
                                    "try again shortly") from error
                     raise
                 time.sleep(random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** attempt)))
         raise AssertionError("unreachable")
+
+
+def error_code(error: PynamoDBException) -> str | None:
+    """DynamoDB's code for `error` (`ConditionalCheckFailedException`, ...); None when no answer
+    came (a timeout or a lost connection past the SDK's retries: botocore's error then has a
+    `response` of None, which pynamodb's `cause_response_code` cannot read)."""
+    response = getattr(error.cause, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, Mapping) else None
+    return code if isinstance(code, str) else None
 
 
 def cancellation_codes(error: TransactWriteError) -> list[str | None]:
@@ -92,7 +112,7 @@ def cancellation_codes(error: TransactWriteError) -> list[str | None]:
 
 def _transient(error: TransactWriteError) -> bool:
     """True when every item that cancelled the transaction did so for a transient reason."""
-    if error.cause_response_code in TRANSIENT_ERRORS:
+    if error_code(error) in TRANSIENT_ERRORS:
         return True
     codes = {code for code in cancellation_codes(error) if code not in (None, "None")}
     return bool(codes) and codes <= TRANSIENT_REASONS
@@ -107,7 +127,7 @@ def unavailable(error: BaseException) -> bool:
     """True when `error` is the store failing for now (throttled or overloaded past the SDK's
     retries, or timed out, or unreachable) rather than refusing what was asked."""
     if isinstance(error, PynamoDBException):
-        return isinstance(error.cause, HTTPClientError) or error.cause_response_code in UNAVAILABLE_ERRORS
+        return isinstance(error.cause, HTTPClientError) or error_code(error) in UNAVAILABLE_ERRORS
     return isinstance(error, HTTPClientError)
 
 
@@ -160,7 +180,7 @@ def update_if(item: Any, actions: list[Any], condition: Any) -> bool:
     try:
         item.update(actions=actions, condition=condition)
     except UpdateError as error:
-        if error.cause_response_code == "ConditionalCheckFailedException":
+        if error_code(error) == "ConditionalCheckFailedException":
             return False
         raise
     return True
@@ -198,7 +218,7 @@ def page(model: type[Model], hash_key: str, *, limit: int, cursor: str | None, r
         result = (index or model).query(hash_key, limit=limit, last_evaluated_key=start, **query)
         items = [record(item) for item in result]
     except QueryError as error:
-        if start is not None and error.cause_response_code == "ValidationException":
+        if start is not None and error_code(error) == "ValidationException":
             raise _bad_cursor() from error
         raise
     return Page(items=items, next=encode_cursor(result.last_evaluated_key))
@@ -229,7 +249,7 @@ def filtered_page(model: type[Model], hash_key: str, *, limit: int, cursor: str 
             if pages.last_evaluated_key is None:
                 break
     except QueryError as error:
-        if start is not None and error.cause_response_code == "ValidationException":
+        if start is not None and error_code(error) == "ValidationException":
             raise _bad_cursor() from error
         raise
     return Page(items=items, next=encode_cursor(pages.last_evaluated_key))

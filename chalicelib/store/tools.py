@@ -24,6 +24,7 @@ from chalicelib.store.base import (
     WriteRefused,
     batch_get_raw,
     cancellation_codes,
+    error_code,
     key_ok,
     page,
     transaction,
@@ -232,7 +233,7 @@ def put_versions(account_id: str, versions: Sequence[NewVersion], published_by: 
     item over its 400 KB): that batch wrote nothing (earlier batches stand)."""
     published: list[ToolVersion] = []
     revision = None
-    for batch in _batches(versions, lambda new: 2 * len(json.dumps(new.definition)) + 2 * len(new.vector or b"")):
+    for batch in version_batches(versions):
         records = [ToolVersion(new.vendor, new.name, new.previous + 1, new.definition, published_at=now,
                                published_by=published_by, vector=new.vector, vector_version=new.vector_version,
                                origin=new.origin, guard=new.guard, accepted_by=new.accepted_by,
@@ -241,10 +242,20 @@ def put_versions(account_id: str, versions: Sequence[NewVersion], published_by: 
             revision = _revise(account_id, records, partial(_save_versions, account_id, batch, records), revision,
                                now)
         except TransactWriteError as error:  # neither a condition nor transient (transaction() raised those)
-            raise WriteRefused(f"the store refused the write ({error.cause_response_code or 'no code'}: "
-                               f"{(error.cause_response_message or '')[:200]})", cancellation_codes(error)) from error
+            # no code: no answer came (a timeout past the SDK's retries, a lost connection), so the
+            # transaction may have been applied
+            code = error_code(error)
+            message = (error.cause_response_message or "")[:200] if code else "no answer came"
+            raise WriteRefused(f"the store refused the write ({code or 'no code'}: {message})",
+                               cancellation_codes(error), maybe_written=code is None) from error
         published.extend(records)
     return published
+
+
+def version_batches(versions: Sequence[NewVersion]) -> Iterator[list[NewVersion]]:
+    """The batches `put_versions` writes `versions` in, one transaction each: a caller that writes
+    batch by batch knows, when one fails, that the others before it stand whole."""
+    return _batches(versions, lambda new: 2 * len(json.dumps(new.definition)) + 2 * len(new.vector or b""))
 
 
 def set_unavailable(account_id: str, heads: Sequence[ToolVersion], reason: str | None) -> None:
