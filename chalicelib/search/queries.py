@@ -190,9 +190,9 @@ GATE_FEATURES = (
 PAIRWISE = 4  # the last 4 features: the candidate's text against the parts' own words (issue 25, round 6)
 USE_GATE = False  # search() ranks a request's candidates with the gate when True; False: the hand merge
 GATE_WEIGHTS: tuple[float, ...] = (  # one per GATE_FEATURES, learned by bench/multi_gate.py on bench/gate_data.py's corpus
-    3.3966, -0.0020, 0.0030, -0.0085, 0.7013, 0.0109, -0.0311, 0.0004, 0.0043, 0.0682, 0.0013, 0.0096,
-    0.0006, 0.0000, 0.0194, -0.0688, -0.0159, 0.0155, 0.0141, -0.1508, 0.0000, -0.0000, -0.1318, 0.2004,
-    0.1377, 0.1874, 0.1911, 0.3205)
+    2.9818, -0.0018, 0.0021, -0.0072, 0.6564, 0.0131, -0.0313, 0.0005, 0.0045, 0.0649, 0.0016, 0.0095,
+    0.0005, 0.0000, 0.0313, -0.0710, -0.0162, 0.0046, 0.0164, -0.1451, 0.0000, 0.0000, -0.1282, 0.1947,
+    0.1267, 0.1535, 0.1796, 0.3154)
 
 
 def gate_features(index: Searchable, query: str, parts: list[str], rankings: list[list[tuple[str, float]]],
