@@ -28,7 +28,6 @@ import json
 import random
 import re
 import sys
-import tarfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.apis import CACHE, VERSION, tarball, tuning_allowed
+from bench.apis import CACHE, VERSION, allowed_documents, skipped_unread
 from chalicelib.base.errors import InvalidInput
 from chalicelib.openapi import operations
 from chalicelib.openapi.refs import Refs
@@ -131,24 +130,9 @@ def build_pairs() -> list[Pair]:
     """Pairs from every allowed API in the package, in a seeded order, capped at MAX_PAIRS."""
     rng = random.Random(SEED)
     pairs: list[Pair] = []
-    refused = 0
-    with tarfile.open(tarball()) as archive:
-        for member in archive:
-            if not (member.name.startswith("package/api/") and member.name.endswith(".json")):
-                continue
-            api = member.name[len("package/api/"):-len(".json")]
-            if not tuning_allowed(api):
-                refused += 1
-                continue
-            stream = archive.extractfile(member)
-            if stream is None:
-                continue
-            try:
-                document = json.loads(stream.read())
-            except ValueError:
-                continue
-            if isinstance(document, dict):
-                pairs.extend(api_pairs(api, document, rng))
+    for api, document in allowed_documents():
+        pairs.extend(api_pairs(api, document, rng))
+    refused = skipped_unread()
     print(f"{len(pairs)} pairs before the cap; {refused} evaluation APIs skipped unread", file=sys.stderr)
     pairs.sort(key=lambda p: (p.api, p.request))
     rng.shuffle(pairs)

@@ -36,7 +36,6 @@ import json
 import random
 import re
 import sys
-import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.adapter_data import _api_words, _description, _vendor, operations_limit
-from bench.apis import CACHE, VERSION, tarball, tuning_allowed
+from bench.apis import CACHE, VERSION, allowed_documents, skipped_unread
 from chalicelib.base.errors import InvalidInput
 from chalicelib.openapi import operations
 from chalicelib.openapi.refs import Refs
@@ -267,29 +266,14 @@ def api_tools(api: str, document: dict[str, Any], rng: random.Random) -> list[To
 
 def _documents() -> dict[str, tuple[str, list[Tool]]]:
     """API -> (its name, its tools), every allowed API in the package (a seeded request each)."""
-    held = _held_out_hosts()
+    held = frozenset(_held_out_hosts())
     rng = random.Random(SEED)
     out: dict[str, tuple[str, list[Tool]]] = {}
-    skipped = 0
-    with tarfile.open(tarball()) as archive:
-        for member in archive:
-            if not (member.name.startswith("package/api/") and member.name.endswith(".json")):
-                continue
-            api = member.name[len("package/api/"):-len(".json")]
-            if not tuning_allowed(api) or api.split("/")[0] in held:
-                skipped += 1
-                continue
-            stream = archive.extractfile(member)
-            if stream is None:
-                continue
-            try:
-                document = json.loads(stream.read())
-            except ValueError:
-                continue
-            if isinstance(document, dict):
-                tools = api_tools(api, document, rng)
-                if tools:
-                    out[api] = (api_name(api, document), tools)
+    for api, document in allowed_documents(held):
+        tools = api_tools(api, document, rng)
+        if tools:
+            out[api] = (api_name(api, document), tools)
+    skipped = skipped_unread(held)
     print(f"{len(out)} APIs with tools; {skipped} evaluation or goal-1 APIs skipped unread", file=sys.stderr)
     return out
 

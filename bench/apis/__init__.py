@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import subprocess
 import tarfile
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,30 @@ def tuning_allowed(name: str) -> bool:
     """False for an API kept for evaluation (its folder, or any API of its host)."""
     host = name.split("/")[0]
     return not any(name == kept or host == kept.split("/")[0] for kept in evaluation())
+
+
+def allowed_documents(held_hosts: frozenset[str] = frozenset()) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(name, parsed document) of every API in the package that `tuning_allowed` accepts and whose
+    host is not in `held_hosts`, in the tarball's order, read in one pass; the others are never
+    read. Documents that are not JSON objects are left out."""
+    with tarfile.open(tarball()) as archive:
+        for member in archive:
+            if not (member.name.startswith("package/api/") and member.name.endswith(".json")):
+                continue
+            api = member.name[len("package/api/"):-len(".json")]
+            if not tuning_allowed(api) or api.split("/")[0] in held_hosts:
+                continue
+            stream = archive.extractfile(member)
+            if stream is None:
+                continue
+            try:
+                document = json.loads(stream.read())
+            except ValueError:
+                continue
+            if isinstance(document, dict):
+                yield api, document
+
+
+def skipped_unread(held_hosts: frozenset[str] = frozenset()) -> int:
+    """How many of the package's APIs `allowed_documents` leaves unread."""
+    return sum(1 for api in names() if not tuning_allowed(api) or api.split("/")[0] in held_hosts)
