@@ -110,8 +110,9 @@ def exercise_store() -> set[str]:
     assert run(tools.changed_since, "acct", 0, 1) == {("acme", "orders")}
     # Imports: batches of versions, marking heads unavailable, vectors filled in later, and the
     # registered MCP servers beside the tools (the sparse `upstreams` index lists the fleet's).
-    run(tools.put_versions, "acct", [tools.NewVersion("acme", f"bulk-{n}", {"name": "bulk"}, 0) for n in range(2)],
-        "admin", now)
+    new = [tools.NewVersion("acme", f"bulk-{n}", {"name": "bulk"}, 0) for n in range(2)]
+    assert [len(batch) for batch in run(tools.version_batches, new)] == [2]  # how put_versions batches them
+    run(tools.put_versions, "acct", new, "admin", now)
     bulk = run(tools.list_vendor_heads, "acct", "acme")
     assert [head.name for head in bulk] == ["bulk-0", "bulk-1", "orders"]
     run(tools.set_unavailable, "acct", bulk[:2], "gone from the document")
