@@ -33,9 +33,7 @@ full-batch Adam in numpy; features standardised, the weights folded back to raw 
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
-import json
 import os
 import pickle
 import re
@@ -54,7 +52,6 @@ from chalicelib.search import queries as intents
 from chalicelib.search.documents import Document, document_vectors
 from chalicelib.search.index import SearchIndex
 
-TUNING_EVERY = 10
 JOINS = ("{a} and {b}", "{a}. Also, {b}", "{a}, then {b}", "{a} as well as {b}", "{a}. {B}", "{a}, and {b}")
 
 # The gate's weights on main before branch i25-gate7, fitted on synthetic requests made of MetaTool's
@@ -101,24 +98,13 @@ def row_of(index: SearchIndex, text: str, gold: list[str]) -> dict:
 def checks(bench: Path, colt: Path) -> dict[str, list[dict]]:
     """Rows of the tuning parts the gate is checked on, never trained on: MetaTool's single-tool and
     real two-tool tuning requests, ToolLens's tuning part."""
-    from bench.find_tool_quality import load_tools, with_vectors
-    from bench.toollens import load_requests
-    from bench.toollens import load_tools as colt_tools
+    from bench.multi_levers import meta_index, tuning_sets
 
-    meta_docs, _ = with_vectors(load_tools(bench / "metatool" / "tools.json"))
-    meta = SearchIndex.build(meta_docs)
-    with (bench / "metatool" / "queries.csv").open(encoding="utf-8", newline="") as fh:
-        singles = [(r["query"], [f"{r['vendor']}/{r['name']}"]) for i, r in enumerate(csv.DictReader(fh))
-                   if i % TUNING_EVERY == 0]
-    real = [(m["query"], [f"{g['vendor']}/{g['name']}" for g in m["gold"]])
-            for i, m in enumerate(json.loads((bench / "metatool" / "multi_queries.json").read_text("utf-8")))
-            if i % TUNING_EVERY == 0]
-    out = {"metatool single": [row_of(meta, text, gold) for text, gold in singles],
-           "metatool two": [row_of(meta, text, gold) for text, gold in real]}
-    docs = colt_tools(colt)
-    lens = SearchIndex.build(docs.values())
-    out["toollens"] = [row_of(lens, text, [docs[c].key for c in ids]) for i, text, ids in load_requests(colt)
-                       if i % TUNING_EVERY == 0]
+    meta = meta_index(bench)
+    sets, lens = tuning_sets(bench, colt)
+    out = {"metatool single": [row_of(meta, text, gold) for text, gold in sets["single"]],
+           "metatool two": [row_of(meta, text, gold) for text, gold in sets["two"]],
+           "toollens": [row_of(lens, text, gold) for text, gold in sets["toollens"]]}
     return out
 
 
