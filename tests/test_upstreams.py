@@ -559,14 +559,24 @@ def restless() -> Iterator[str]:
     with serving(Handler) as base:
         yield f"{base}/mcp"
 
+@pytest.fixture
+def capped(admin: Admin, restless: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """`restless` registered as the vendor "restless" (3 versions) under a day's cap of 7 new
+    versions: (its account, today's UTC day)."""
+    from chalicelib.catalog import imports
+    from chalicelib.store import upstreams as upstream_store
+
+    monkeypatch.setattr(imports, "MAX_VERSIONS_PER_DAY", 7)
+    assert _register(admin, restless, vendor="restless").status_code == 201
+    (upstream,) = upstream_store.list_fleet()
+    return upstream.account_id, f"{utcnow():%Y-%m-%d}"
+
 
 def test_a_server_changing_more_than_a_days_versions_publishes_nothing_more_that_day(
-        admin: Admin, restless: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib.catalog import imports, upstreams
+        admin: Admin, capped: tuple[str, str]) -> None:
+    from chalicelib.catalog import upstreams
 
-    # GIVEN a server that changes every tool on every sync, and a day's cap of 7 new versions
-    monkeypatch.setattr(imports, "MAX_VERSIONS_PER_DAY", 7)
-    assert _register(admin, restless, vendor="restless").status_code == 201  # 3 versions
+    # GIVEN a server that changes every tool on every sync, registered (3 versions) under a day's cap of 7
     assert admin.call("POST", "/v1/upstreams/restless/sync").status_code == 200  # 6
     # WHEN it is synced again the same day (3 more would pass the cap)
     refused = admin.call("POST", "/v1/upstreams/restless/sync")
@@ -586,22 +596,18 @@ def test_a_server_changing_more_than_a_days_versions_publishes_nothing_more_that
     assert admin.call("GET", "/v1/upstreams/restless").json_body["last_sync"]["ok"] is True
 
 
-def test_two_syncs_at_once_cannot_both_pass_the_days_cap(admin: Admin, restless: str,
+def test_two_syncs_at_once_cannot_both_pass_the_days_cap(admin: Admin, capped: tuple[str, str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib.catalog import imports
     from chalicelib.store import daycounts
     from chalicelib.store import upstreams as upstream_store
 
     # GIVEN a server that changes every tool on every sync, a day's cap of 7, and a registration (3 versions)
-    monkeypatch.setattr(imports, "MAX_VERSIONS_PER_DAY", 7)
-    assert _register(admin, restless, vendor="restless").status_code == 201
-    (upstream,) = upstream_store.list_fleet()
-    day = f"{utcnow():%Y-%m-%d}"
+    account_id, day = capped
     # WHEN another sync counts its 3 new versions after this one has planned its own, and before it counts them
     real = daycounts.count
 
     def raced(*args: Any) -> bool:
-        assert real(upstream.account_id, "restless", day, 3, 7)
+        assert real(account_id, "restless", day, 3, 7)
         return real(*args)
 
     monkeypatch.setattr(daycounts, "count", raced)
@@ -610,23 +616,18 @@ def test_two_syncs_at_once_cannot_both_pass_the_days_cap(admin: Admin, restless:
     assert refused.status_code == 502 and "too many changes" in refused.json_body["error"]["message"]
     versions = admin.call("GET", "/v1/tools/restless/tool-0").json_body["versions"]
     assert [version["version"] for version in versions] == [1]
-    assert daycounts.counted(upstream.account_id, "restless", day) == 6
+    assert daycounts.counted(account_id, "restless", day) == 6
     assert "too many changes" in upstream_store.list_fleet()[0].sync["message"]  # type: ignore[index]
 
 
-def test_versions_the_store_refused_are_not_counted_against_the_day(admin: Admin, restless: str,
+def test_versions_the_store_refused_are_not_counted_against_the_day(admin: Admin, capped: tuple[str, str],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from chalicelib.base.errors import Busy
-    from chalicelib.catalog import imports
     from chalicelib.store import daycounts
     from chalicelib.store import tools as tool_store
-    from chalicelib.store import upstreams as upstream_store
 
     # GIVEN a day's cap of 7 and a registration (3 versions)
-    monkeypatch.setattr(imports, "MAX_VERSIONS_PER_DAY", 7)
-    assert _register(admin, restless, vendor="restless").status_code == 201
-    (upstream,) = upstream_store.list_fleet()
-    day = f"{utcnow():%Y-%m-%d}"
+    account_id, day = capped
     # WHEN a sync's 3 new versions are counted and then refused by a store too busy to write them
     def busy(*args: Any, **kwargs: Any) -> None:
         raise Busy("the store is busy")
@@ -636,11 +637,11 @@ def test_versions_the_store_refused_are_not_counted_against_the_day(admin: Admin
         failed = admin.call("POST", "/v1/upstreams/restless/sync").json_body
     assert failed["sync"]["counts"]["failed"] == 3
     # THEN the day's count is as it was, and a sync publishes them later that day
-    assert daycounts.counted(upstream.account_id, "restless", day) == 3
+    assert daycounts.counted(account_id, "restless", day) == 3
     assert admin.call("POST", "/v1/upstreams/restless/sync").status_code == 200
     versions = admin.call("GET", "/v1/tools/restless/tool-0").json_body["versions"]
     assert [version["version"] for version in versions] == [1, 2]
-    assert daycounts.counted(upstream.account_id, "restless", day) == 6
+    assert daycounts.counted(account_id, "restless", day) == 6
 
 
 def test_a_days_count_takes_versions_up_to_the_cap_and_starts_again_the_next_day(admin: Admin, restless: str) -> None:
@@ -667,15 +668,9 @@ def test_a_days_count_takes_versions_up_to_the_cap_and_starts_again_the_next_day
     assert daycounts.counted(*key, "2999-01-01") == 0
 
 
-
-def test_a_vendors_imports_and_its_servers_syncs_share_the_days_cap(admin: Admin, restless: str,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from chalicelib.catalog import imports
-
+def test_a_vendors_imports_and_its_servers_syncs_share_the_days_cap(admin: Admin, capped: tuple[str, str]) -> None:
     # GIVEN a day's cap of 7, a server registered under a vendor (3 versions), and an OpenAPI
     # document imported under the same vendor (3 more)
-    monkeypatch.setattr(imports, "MAX_VERSIONS_PER_DAY", 7)
-    assert _register(admin, restless, vendor="restless").status_code == 201
     document = {"openapi": "3.0.3", "info": {"title": "More", "version": "1"}, "servers": [{"url": "http://127.0.0.1:9"}],
                 "paths": {f"/more{index}": {"get": {"operationId": f"more{index}", "responses": {}}} for index in range(3)}}
     imported = admin.call("POST", "/v1/imports/openapi", {"vendor": "restless", "document": document})
